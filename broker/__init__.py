@@ -1,0 +1,1 @@
+"""The event service: clients, attestations, policies, the dispatcher tree, deliveries."""

@@ -1,0 +1,8 @@
+from django.apps import AppConfig
+
+
+class ConsoleConfig(AppConfig):
+    """The operators' console: pages, health checks and the server-time socket."""
+
+    name = "console"
+    verbose_name = "Operations console"

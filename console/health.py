@@ -1,0 +1,114 @@
+"""Health checks: each real dependency is exercised with a round trip and timed.
+
+Used by the /healthz page (humans, htmx) and /healthz.json (monitors).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import connection
+
+WORKER_ECHO_PREFIX = "sn-health:worker-echo:"
+POLL_INTERVAL_S = 0.02
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one health check, with its latency in milliseconds."""
+
+    name: str
+    ok: bool
+    latency_ms: float
+    detail: str
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "latency_ms": round(self.latency_ms, 2),
+            "detail": self.detail,
+        }
+
+
+def redis_client() -> redis.Redis:
+    """A short-lived client for the configured Redis, with tight time-outs."""
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=settings.HEALTH_CHECK_TIMEOUT_S)
+
+
+def timed_check(name: str, probe: Callable[[], str]) -> CheckResult:
+    """Run `probe`, timing it; any exception becomes a failed check with its message."""
+    started = time.perf_counter()
+    try:
+        detail = probe()
+        ok = True
+    except Exception as error:  # a health check reports every failure, whatever it is
+        detail = f"{type(error).__name__}: {error}"
+        ok = False
+    return CheckResult(name, ok, (time.perf_counter() - started) * 1000, detail)
+
+
+def probe_database() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT version()")
+        version = cursor.fetchone()[0]
+    return version.split(" on ")[0]
+
+
+def probe_redis() -> str:
+    client = redis_client()
+    client.ping()
+    return f"Redis {client.info('server')['redis_version']}"
+
+
+def probe_channel_layer() -> str:
+    layer = get_channel_layer()
+    return async_to_sync(_channel_layer_round_trip)(layer)
+
+
+async def _channel_layer_round_trip(layer) -> str:
+    channel = await layer.new_channel(prefix="health.")
+    token = secrets.token_hex(8)
+    await layer.send(channel, {"type": "health.ping", "token": token})
+    message = await layer.receive(channel)
+    if message.get("token") != token:
+        raise RuntimeError("the channel layer returned a different message")
+    return f"{type(layer).__name__} send/receive"
+
+
+def record_worker_echo(token: str) -> None:
+    """Called by the worker's task: leave a short-lived mark the web side polls for."""
+    redis_client().set(WORKER_ECHO_PREFIX + token, "1", ex=60)
+
+
+def probe_celery_worker(*, queue: str | None = None, timeout_s: float | None = None) -> str:
+    """Enqueue an echo task and wait until a worker has run it."""
+    from console.tasks import health_echo
+
+    timeout_s = timeout_s or settings.HEALTH_CHECK_TIMEOUT_S
+    token = secrets.token_hex(8)
+    client = redis_client()
+    health_echo.apply_async(args=[token], queue=queue or settings.CELERY_TASK_DEFAULT_QUEUE)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if client.delete(WORKER_ECHO_PREFIX + token):
+            return "a worker ran the echo task"
+        time.sleep(POLL_INTERVAL_S)
+    raise TimeoutError(f"no worker ran the echo task within {timeout_s:g} s")
+
+
+def run_all_checks() -> list[CheckResult]:
+    """Run every check, in the order the page shows them."""
+    return [
+        timed_check("database", probe_database),
+        timed_check("redis", probe_redis),
+        timed_check("celery worker", probe_celery_worker),
+        timed_check("channel layer", probe_channel_layer),
+    ]

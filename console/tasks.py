@@ -1,0 +1,11 @@
+"""Celery tasks of the console itself (the broker's tasks live in broker/tasks.py)."""
+
+from celery import shared_task
+
+from console import health
+
+
+@shared_task(name="console.health_echo", ignore_result=True)
+def health_echo(token: str) -> None:
+    """Answer a health probe: mark `token` as seen by a worker. Idempotent."""
+    health.record_worker_echo(token)

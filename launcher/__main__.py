@@ -1,0 +1,175 @@
+"""`python -m launcher run|test|services`: see the package docstring and README."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+from launcher.embedded import EmbeddedPostgres, EmbeddedRedis
+from launcher.supervisor import Supervisor
+
+ROOT = Path(__file__).resolve().parent.parent
+VAR = ROOT / "var"
+DATABASE_NAME = "console"
+PYTEST_NO_TESTS_COLLECTED = 5
+
+
+class Services:
+    """The embedded servers started for this run (none when URLs were given)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.postgres: EmbeddedPostgres | None = None
+        self.redis: EmbeddedRedis | None = None
+
+    def provide(self, env: dict[str, str]) -> None:
+        """Fill DATABASE_URL / REDIS_URL in `env`, starting private servers for the gaps."""
+        if not env.get("DATABASE_URL"):
+            say(f"starting private PostgreSQL in {self.data_dir / 'postgres'}")
+            self.postgres = EmbeddedPostgres(self.data_dir / "postgres")
+            self.postgres.start()
+            self.postgres.ensure_database(DATABASE_NAME)
+            env["DATABASE_URL"] = self.postgres.url(DATABASE_NAME)
+        if not env.get("REDIS_URL"):
+            say(f"starting private Redis in {self.data_dir / 'redis'}")
+            self.redis = EmbeddedRedis(self.data_dir / "redis")
+            self.redis.start()
+            env["REDIS_URL"] = self.redis.url()
+
+    def stop(self) -> None:
+        if self.redis:
+            self.redis.stop()
+        if self.postgres:
+            self.postgres.stop()
+
+
+def say(message: str) -> None:
+    print(f"[launcher] {message}", flush=True)
+
+
+def persistent_secret_key(data_dir: Path) -> str:
+    """A SECRET_KEY kept in the data folder, so sessions survive a restart."""
+    path = data_dir / "secret_key"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def manage(env: dict[str, str], *args: str) -> None:
+    """Run a management command in a child process; stop the launcher if it fails."""
+    subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, check=True)
+
+
+def start_console(supervisor: Supervisor, env: dict[str, str], *, host: str, port: int) -> None:
+    python_bin = Path(sys.executable).parent
+    supervisor.start(
+        "web",
+        [str(python_bin / "daphne"), "-b", host, "-p", str(port), "console.asgi:application"],
+        env,
+    )
+    supervisor.start(
+        "worker",
+        [
+            str(python_bin / "celery"), "-A", "console", "worker", "--loglevel", "INFO",
+            "--concurrency", env.get("WORKER_CONCURRENCY", "2"), "--without-gossip",
+            "--without-mingle", "--hostname", "console@%h",
+        ],
+        env,
+    )  # fmt: skip
+
+
+def command_run(args: argparse.Namespace) -> int:
+    """Start services, prepare the database, then the web server and workers."""
+    data_dir = VAR / "demo"
+    env = dict(os.environ)
+    env.setdefault("SECRET_KEY", persistent_secret_key(data_dir))
+    services = Services(data_dir)
+    supervisor = Supervisor()
+    supervisor.install_signal_handlers()
+    try:
+        services.provide(env)
+        manage(env, "migrate", "--noinput", "-v", "0")
+        manage(env, "collectstatic", "--noinput", "-v", "0")
+        manage(env, "ensure_admin")
+        start_console(supervisor, env, host=args.host, port=args.port)
+        say(f"console at http://{args.host}:{args.port}/  (Ctrl-C stops everything)")
+        dead = supervisor.wait()
+        if dead:
+            say(f"{dead} stopped unexpectedly; shutting down")
+        return 1 if dead else 0
+    finally:
+        say("stopping")
+        supervisor.stop_all()
+        services.stop()
+        say("stopped")
+
+
+def command_test(args: argparse.Namespace) -> int:
+    """Run pytest against private services (or the ones the environment names)."""
+    env = dict(os.environ)
+    env.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+    env.setdefault("STATIC_ROOT", str(VAR / "test" / "static"))
+    services = Services(VAR / "test")
+    try:
+        services.provide(env)
+        manage(env, "collectstatic", "--noinput", "-v", "0")
+        result = subprocess.run([sys.executable, "-m", "pytest", *args.pytest_args], env=env)
+    finally:
+        services.stop()
+    if result.returncode == PYTEST_NO_TESTS_COLLECTED:
+        say("no test was collected: that is a failure")
+        return 1
+    return result.returncode
+
+
+def command_services(args: argparse.Namespace) -> int:
+    """Start only the private services and print their URLs, for a developer's shell."""
+    env: dict[str, str] = {}
+    services = Services(VAR / "demo")
+    supervisor = Supervisor()
+    supervisor.install_signal_handlers()
+    try:
+        services.provide(env)
+        for name, value in env.items():
+            print(f"export {name}='{value}'", flush=True)
+        supervisor.wait()
+        return 0
+    finally:
+        services.stop()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m launcher")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run the console with the demo")
+    run.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    run.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    run.set_defaults(handler=command_run)
+    test = commands.add_parser("test", help="run the whole test suite")
+    test.set_defaults(handler=command_test)
+    services = commands.add_parser("services", help="start only PostgreSQL and Redis")
+    services.set_defaults(handler=command_services)
+    return parser
+
+
+def main() -> int:
+    # Everything after `test` belongs to pytest, options included.
+    args, extra = build_parser().parse_known_args()
+    if extra and args.command != "test":
+        build_parser().error(f"unrecognized arguments: {' '.join(extra)}")
+    args.pytest_args = extra
+    try:
+        return args.handler(args)
+    except subprocess.CalledProcessError as error:
+        say(f"a step failed ({' '.join(map(str, error.cmd[1:3]))}, exit {error.returncode})")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

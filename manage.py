@@ -1,0 +1,23 @@
+#!/usr/bin/env python
+"""Django's command-line utility for administrative tasks."""
+
+import os
+import sys
+
+
+def main() -> None:
+    """Run a management command; a configuration error exits with its message, no trace."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    from django.core.management import execute_from_command_line
+
+    from console.env import ConfigurationError
+
+    try:
+        execute_from_command_line(sys.argv)
+    except ConfigurationError as error:
+        sys.stderr.write(f"Configuration error: {error}\n")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+# Sourced by ./run and ./test: make .venv with the pinned dependencies, once per change.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+
+find_python() {
+    for candidate in "${PYTHON:-}" python3.13 python3.12 python3.11 python3; do
+        [ -n "$candidate" ] || continue
+        if command -v "$candidate" >/dev/null 2>&1 &&
+            "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    echo "Python 3.11 or newer is needed (set PYTHON=/path/to/python3.11)." >&2
+    return 1
+}
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "[bootstrap] creating $VENV"
+    "$(find_python)" -m venv "$VENV"
+fi
+STAMP="$VENV/.installed-$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+if [ ! -f "$STAMP" ]; then
+    echo "[bootstrap] installing pinned dependencies"
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]"
+    rm -f "$VENV"/.installed-*
+    touch "$STAMP"
+fi

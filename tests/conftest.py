@@ -1,0 +1,110 @@
+"""Shared fixtures: the fixed cast, and real processes (ASGI server, Celery worker,
+Chromium) running against the test database that pytest-django creates."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from tests.cast import OPERATOR, create_member
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+PROCESS_START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def environment_for_test_database() -> dict[str, str]:
+    """os.environ, with DATABASE_URL pointing at pytest-django's test database."""
+    from django.db import connection
+
+    env = dict(os.environ)
+    parts = urlsplit(env["DATABASE_URL"])
+    env["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + connection.settings_dict["NAME"]))
+    return env
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def wait_for_http(url: str, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + PROCESS_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"server did not answer {url} in time")
+
+
+@pytest.fixture(scope="session")
+def asgi_server(django_db_setup, django_db_blocker) -> str:
+    """A real Daphne process serving the console (HTTP and WebSocket) on a free port."""
+    port = free_port()
+    argv = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
+    process = subprocess.Popen(argv, env=environment_for_test_database(), cwd=ROOT)
+    base_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(f"{base_url}/login/", process)
+        yield base_url
+    finally:
+        stop_process(process)
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker) -> subprocess.Popen:
+    """A real Celery worker process consuming the test's queues, on the test database."""
+    argv = [
+        str(BIN / "celery"), "-A", "console", "worker", "--loglevel", "WARNING",
+        "--concurrency", "2", "--without-gossip", "--without-mingle", "--without-heartbeat",
+        "--hostname", f"test-{os.getpid()}@%h",
+    ]  # fmt: skip
+    process = subprocess.Popen(argv, env=environment_for_test_database(), cwd=ROOT)
+    try:
+        wait_for_worker(process)
+        yield process
+    finally:
+        stop_process(process)
+
+
+def wait_for_worker(process: subprocess.Popen) -> None:
+    from console.health import probe_celery_worker
+
+    deadline = time.monotonic() + PROCESS_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"celery worker exited with {process.returncode}")
+        try:
+            probe_celery_worker(timeout_s=1)
+            return
+        except TimeoutError:
+            continue
+    raise RuntimeError("celery worker did not answer in time")
+
+
+@pytest.fixture
+def operator(django_user_model):
+    """Olivia, an operator without admin rights."""
+    return create_member(OPERATOR)

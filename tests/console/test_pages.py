@@ -1,0 +1,63 @@
+"""Log in, navigate, log out; htmx is served from our own static files."""
+
+import pytest
+from django.contrib.staticfiles import finders
+from django.urls import reverse
+
+from tests.cast import OPERATOR
+
+pytestmark = pytest.mark.django_db
+
+
+def test_pages_redirect_anonymous_visitors_to_the_login_page(client):
+    response = client.get(reverse("home"))
+    assert response.status_code == 302
+    assert response.url == f"{reverse('login')}?next=/"
+
+
+def test_operator_logs_in_and_sees_the_navigation(client, operator):
+    response = client.post(
+        reverse("login"),
+        {"username": OPERATOR.username, "password": OPERATOR.password},
+        follow=True,
+    )
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert 'href="/healthz"' in body
+    assert OPERATOR.username in body
+    assert 'data-ws-path="/ws/time/"' in body
+
+
+def test_wrong_password_is_refused_with_a_message(client, operator):
+    response = client.post(reverse("login"), {"username": OPERATOR.username, "password": "wrong"})
+    assert response.status_code == 200
+    assert "didn't match" in response.content.decode()
+
+
+def test_logout_is_a_post_and_ends_the_session(client, operator):
+    client.login(username=OPERATOR.username, password=OPERATOR.password)
+    response = client.post(reverse("logout"))
+    assert response.status_code == 302
+    assert client.get(reverse("home")).status_code == 302
+
+
+def test_htmx_is_vendored_and_no_page_loads_from_a_cdn(client, operator):
+    client.login(username=OPERATOR.username, password=OPERATOR.password)
+    body = client.get(reverse("home")).content.decode()
+    assert finders.find("vendor/htmx-2.0.11/htmx.min.js")
+    assert 'src="/static/vendor/htmx-2.0.11/htmx.' in body
+    assert "https://" not in body and "//cdn" not in body
+
+
+def test_ensure_admin_creates_one_administrator_and_prints_its_password_once(capsys):
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    call_command("ensure_admin")
+    first = capsys.readouterr().out
+    call_command("ensure_admin")
+    second = capsys.readouterr().out
+    admin = get_user_model().objects.get(username="admin")
+    password = first.split("password: ")[1].split()[0]
+    assert admin.is_superuser and admin.check_password(password)
+    assert "already exists" in second and password not in second
