@@ -58,6 +58,16 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
     return value
 
 
+def env_choice(name: str, default: str, choices: frozenset[str]) -> str:
+    """Return the variable (upper-cased) if it is one of `choices`."""
+    value = env_str(name, default).upper()
+    if value not in choices:
+        raise ConfigurationError(
+            f"{name} must be one of {', '.join(sorted(choices))}, got {value!r}."
+        )
+    return value
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     """Return a comma-separated variable as a list of non-empty, stripped items."""
     raw = os.environ.get(name)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from console.env import ConfigurationError, env_int
 from launcher.embedded import EmbeddedPostgres, EmbeddedRedis
 from launcher.supervisor import Supervisor
 
@@ -149,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the console with the demo")
     run.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
-    run.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    run.add_argument("--port", type=int, default=env_int("PORT", 8000, minimum=1))
     run.set_defaults(handler=command_run)
     test = commands.add_parser("test", help="run the whole test suite")
     test.set_defaults(handler=command_test)
@@ -160,7 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main() -> int:
     # Everything after `test` belongs to pytest, options included.
-    args, extra = build_parser().parse_known_args()
+    try:
+        args, extra = build_parser().parse_known_args()
+    except ConfigurationError as error:
+        say(f"configuration error: {error}")
+        return 2
     if extra and args.command != "test":
         build_parser().error(f"unrecognized arguments: {' '.join(extra)}")
     args.pytest_args = extra

@@ -102,6 +102,7 @@ def run_manage_check(**overrides: str) -> subprocess.CompletedProcess:
         ("DEBUG", "maybe"),
         ("DATABASE_URL", "sqlite:///db.sqlite3"),
         ("REDIS_URL", "http://localhost"),
+        ("LOG_LEVEL", "chatty"),
         ("SPARK_MASTER", ""),
     ],
 )
