@@ -26,7 +26,13 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 HTTPS = env_bool("HTTPS", default=False)
 
-DATABASES = {"default": parse_database_url("DATABASE_URL", env_str("DATABASE_URL")).as_django()}
+_database = parse_database_url("DATABASE_URL", env_str("DATABASE_URL")).as_django()
+DATABASES = {
+    "default": _database,
+    # The same database on a connection of its own: refusals are audited through it so
+    # that rolling back the refused work cannot roll back its audit entry.
+    "audit": {**_database, "TEST": {"MIRROR": "default"}},
+}
 REDIS_URL = check_redis_url("REDIS_URL", env_str("REDIS_URL"))
 
 INSTALLED_APPS = [
@@ -144,6 +150,21 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_DEFAULT_QUEUE", "celery")
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# The dispatcher tree created on first use: levels (1 = a lone root) and children per node.
+TREE_DEPTH = env_int("TREE_DEPTH", 3, minimum=1)
+TREE_BRANCHING = env_int("TREE_BRANCHING", 2, minimum=1)
+
+# Beat: summaries are recomputed exactly (and may shrink) on this interval; events that
+# never reached the root are routed again.
+SUMMARY_INTERVAL_S = env_int("SUMMARY_INTERVAL_S", 60, minimum=1)
+CELERY_BEAT_SCHEDULE = {
+    "recompute-summaries": {
+        "task": "broker.recompute_summaries",
+        "schedule": float(SUMMARY_INTERVAL_S),
+    },
+    "sweep-unrouted": {"task": "broker.sweep_unrouted", "schedule": 15.0},
+}
 
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
 

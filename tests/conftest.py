@@ -76,17 +76,32 @@ def asgi_server(django_db_setup, django_db_blocker) -> str:
 @pytest.fixture(scope="session")
 def celery_worker(django_db_setup, django_db_blocker) -> subprocess.Popen:
     """A real Celery worker process consuming the test's queues, on the test database."""
-    argv = [
-        str(BIN / "celery"), "-A", "console", "worker", "--loglevel", "WARNING",
-        "--concurrency", "2", "--without-gossip", "--without-mingle", "--without-heartbeat",
-        "--hostname", f"test-{os.getpid()}@%h",
-    ]  # fmt: skip
-    process = subprocess.Popen(argv, env=environment_for_test_database(), cwd=ROOT)
+    process = start_worker(f"test-{os.getpid()}")
     try:
         wait_for_worker(process)
         yield process
     finally:
         stop_process(process)
+
+
+def worker_queues() -> str:
+    """The default queue and every dispatcher queue of the configured tree."""
+    from django.conf import settings
+
+    from broker.queues import dispatcher_queues
+
+    queues = dispatcher_queues(settings.TREE_DEPTH, settings.TREE_BRANCHING)
+    return ",".join([settings.CELERY_TASK_DEFAULT_QUEUE, *queues])
+
+
+def start_worker(name: str, *, concurrency: int = 2) -> subprocess.Popen:
+    """Start a real Celery worker process serving the whole tree on the test database."""
+    argv = [
+        str(BIN / "celery"), "-A", "console", "worker", "--loglevel", "WARNING",
+        "--concurrency", str(concurrency), "--without-gossip", "--without-mingle",
+        "--without-heartbeat", "--hostname", f"{name}@%h", "--queues", worker_queues(),
+    ]  # fmt: skip
+    return subprocess.Popen(argv, env=environment_for_test_database(), cwd=ROOT)
 
 
 def wait_for_worker(process: subprocess.Popen) -> None:
@@ -108,3 +123,14 @@ def wait_for_worker(process: subprocess.Popen) -> None:
 def operator(django_user_model):
     """Olivia, an operator without admin rights."""
     return create_member(OPERATOR)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def close_audit_connection(django_db_setup, django_db_blocker):
+    """The `audit` alias has a connection of its own: close it before the test
+    database is dropped, or PostgreSQL refuses to drop a database in use."""
+    yield
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        connections["audit"].close()

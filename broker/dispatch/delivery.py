@@ -1,0 +1,145 @@
+"""Exact matching at a leaf and writing deliveries, in order, exactly once.
+
+For every stream (sender, channel) a receiver gets events in sequence order without
+gaps: before an event is delivered, the stream's earlier live events the receiver has
+not yet been given are decided for it too, so that nothing later overtakes them. Once
+a receiver holds sequence n of a stream, earlier events of that stream are final.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from itertools import groupby
+
+from django.db import connection
+from django.db.models import Max
+from django.utils import timezone
+
+from broker import audit
+from broker.audit import Actor
+from broker.dispatch.events import RoutedEvent, live_events
+from broker.dispatch.state import LeafState
+from broker.models import Delivery
+
+LEAF_LOCK_NAMESPACE = 7_101
+
+
+def lock_leaf(dispatcher_id: int) -> None:
+    """Serialise delivery at one leaf (inside the caller's transaction)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [LEAF_LOCK_NAMESPACE, dispatcher_id])
+
+
+def deliver_routed(state: LeafState, events: list[RoutedEvent]) -> dict[str, int]:
+    """Deliver `events` to the leaf's matching receivers; return deliveries per event."""
+    counts: dict[str, int] = defaultdict(int)
+    pending: list[Delivery] = []
+    for stream, group in groupby(sorted(events, key=_order), key=lambda e: e.stream):
+        batch = list(group)
+        matched = {
+            e.id: state.matcher.match(e.sender_attributes, e.content, e.selector) for e in batch
+        }
+        receivers = set().union(*matched.values())
+        plans = _plan_stream(state, stream, batch, matched, receivers)
+        for receiver_id, planned in plans.items():
+            for event in planned:
+                counts[event.id] += 1
+                pending.append(_delivery(event, receiver_id))
+    Delivery.objects.bulk_create(pending, ignore_conflicts=True)
+    return counts
+
+
+def deliver_late(state: LeafState, receiver_ids: set[int]) -> int:
+    """Give changed receivers the live events they now match (persistence)."""
+    receivers = [r for r in receiver_ids if r in state.matcher]
+    if not receivers:
+        return 0
+    pending: list[Delivery] = []
+    for stream, group in groupby(live_events(), key=lambda e: e.stream):
+        batch = list(group)
+        positions = _positions(receivers, stream)
+        for receiver_id in receivers:
+            newer = [e for e in batch if e.sequence > positions.get(receiver_id, 0)]
+            pending.extend(
+                _delivery(e, receiver_id) for e in newer if _matches(state, receiver_id, e)
+            )
+    Delivery.objects.bulk_create(pending, ignore_conflicts=True)
+    return len(pending)
+
+
+def _audit_policy_refusals(state: LeafState, batch, matched) -> None:
+    """Receivers the sender addressed whose policy refused it: visible in the audit log."""
+    for event in batch:
+        refused = len(state.matcher.selected(event.selector)) - len(matched[event.id])
+        if refused > 0:
+            audit.record_refusal(
+                actor=Actor("client", str(event.sender_id)),
+                action="event.refused_by_policy",
+                target=f"event:{event.id}",
+                reason="the receivers' policies do not accept this sender and content",
+                details={"receivers": refused, "leaf": state.dispatcher_id},
+            )
+
+
+def _order(event: RoutedEvent) -> tuple:
+    return (event.sender_id, event.channel, event.sequence)
+
+
+def _plan_stream(state, stream, batch, matched, receivers) -> dict[int, list[RoutedEvent]]:
+    positions = _positions(receivers, stream)
+    plans = {}
+    gaps: list[RoutedEvent] | None = None
+    for receiver_id in receivers:
+        position = positions.get(receiver_id, 0)
+        due = [e for e in batch if receiver_id in matched[e.id] and e.sequence > position]
+        if not due:
+            continue
+        if due[0].sequence > position + 1:
+            gaps = gaps if gaps is not None else _stream_events(stream, batch)
+            earlier = [e for e in gaps if position < e.sequence < due[-1].sequence]
+            due = sorted(
+                due + [e for e in earlier if _matches(state, receiver_id, e)],
+                key=lambda e: e.sequence,
+            )
+        plans[receiver_id] = due
+    return plans
+
+
+def _stream_events(stream: tuple[int, str], batch: list[RoutedEvent]) -> list[RoutedEvent]:
+    """Live events of the stream that are not in this batch."""
+    in_batch = {e.id for e in batch}
+    sender_id, channel = stream
+    found = live_events(sender_id=sender_id, channel=channel, sequence__lt=batch[-1].sequence)
+    return [e for e in found if e.id not in in_batch]
+
+
+def _positions(receivers, stream: tuple[int, str]) -> dict[int, int]:
+    """The highest sequence of the stream each receiver already holds."""
+    sender_id, channel = stream
+    rows = (
+        Delivery.objects.filter(
+            receiver_id__in=list(receivers), sender_id=sender_id, channel=channel
+        )
+        .values("receiver_id")
+        .annotate(position=Max("sequence"))
+        .values_list("receiver_id", "position")
+    )
+    return dict(rows)
+
+
+def _matches(state: LeafState, receiver_id: int, event: RoutedEvent) -> bool:
+    attributes = state.matcher.attributes(receiver_id)
+    if event.selector is not None and not event.selector.selects(attributes):
+        return False
+    return state.matcher.policy(receiver_id).accepts(event.sender_attributes, event.content)
+
+
+def _delivery(event: RoutedEvent, receiver_id: int) -> Delivery:
+    return Delivery(
+        event_id=event.id,
+        receiver_id=receiver_id,
+        sender_id=event.sender_id,
+        channel=event.channel,
+        sequence=event.sequence,
+        delivered_at=timezone.now(),
+    )

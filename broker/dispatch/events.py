@@ -1,0 +1,74 @@
+"""Events as the dispatchers see them: loaded once per task, selectors parsed once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from broker.models import Event
+from policies import Selector, parse_selector
+
+_selectors: dict[str, Selector] = {}
+MAX_CACHED_SELECTORS = 10_000
+
+
+@dataclass(frozen=True)
+class RoutedEvent:
+    """The parts of an event that routing and matching need."""
+
+    id: str
+    sender_id: int
+    channel: str
+    sequence: int
+    content: dict[str, Any]
+    selector: Selector | None
+    sender_attributes: dict[str, Any]
+    expires_at: datetime
+
+    @property
+    def stream(self) -> tuple[int, str]:
+        """Events of one stream reach each receiver in sequence order."""
+        return (self.sender_id, self.channel)
+
+
+def parsed_selector(text: str) -> Selector | None:
+    if not text:
+        return None
+    selector = _selectors.get(text)
+    if selector is None:
+        if len(_selectors) >= MAX_CACHED_SELECTORS:
+            _selectors.clear()
+        selector = _selectors[text] = parse_selector(text)
+    return selector
+
+
+FIELDS = (
+    "id",
+    "sender_id",
+    "channel",
+    "sequence",
+    "content",
+    "selector",
+    "sender_attributes",
+    "expires_at",
+)
+
+
+def _routed(row: tuple) -> RoutedEvent:
+    values = dict(zip(FIELDS, row, strict=True))
+    values["id"] = str(values["id"])
+    values["selector"] = parsed_selector(values["selector"])
+    return RoutedEvent(**values)
+
+
+def live_events(ids: Iterable[str] | None = None, **filters) -> list[RoutedEvent]:
+    """Unexpired events (those with `ids`, or all), oldest sequence first."""
+    query = Event.objects.filter(expires_at__gt=timezone.now(), **filters)
+    if ids is not None:
+        query = query.filter(id__in=list(ids))
+    rows = query.order_by("sender_id", "channel", "sequence").values_list(*FIELDS)
+    return [_routed(row) for row in rows]

@@ -1,0 +1,241 @@
+"""One routing step at one dispatcher, and summary propagation.
+
+An event enters the tree at its sender's leaf and climbs to the root. At every
+dispatcher it passes it is sent down into the children whose summary may match
+(except the child it came from), and at a leaf it is matched exactly and delivered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from broker import audit
+from broker.dispatch import state as dispatch_state
+from broker.dispatch.delivery import deliver_late, deliver_routed, lock_leaf
+from broker.dispatch.events import RoutedEvent, live_events
+from broker.dispatch.summary import Summary
+from broker.models import DispatcherSummary, Event, TrafficRecord
+
+UP = TrafficRecord.Direction.UP
+DOWN = TrafficRecord.Direction.DOWN
+
+
+@dataclass(frozen=True)
+class RouteHop:
+    """Events to process next at a dispatcher."""
+
+    dispatcher_id: int
+    event_ids: list[str]
+    direction: str
+    came_from: int | None = None
+
+
+@dataclass(frozen=True)
+class SummaryHop:
+    """A dispatcher must look again at a child whose summary grew."""
+
+    dispatcher_id: int
+    child_id: int
+
+
+def route(dispatcher_id: int, event_ids: list[str], *, direction: str, came_from: int | None):
+    """Process events at a dispatcher; return the follow-up hops to enqueue."""
+    tree = dispatch_state.topology(dispatcher_id)
+    events = live_events(event_ids)
+    hops, delivered = [], {}
+    if dispatcher_id in tree.leaves:
+        delivered = _deliver_at_leaf(dispatcher_id, events)
+    children = [c for c in tree.children[dispatcher_id] if c != came_from]
+    forwarded = _forward_down(dispatcher_id, children, events)
+    hops.extend(RouteHop(child, ids, DOWN) for child, ids in forwarded.items())
+    parent = tree.parent[dispatcher_id]
+    if direction == UP and parent is not None:
+        hops.append(RouteHop(parent, [e.id for e in events], UP, dispatcher_id))
+    with transaction.atomic():
+        _record_traffic(dispatcher_id, events, direction, forwarded, delivered)
+        if direction == UP and parent is None:
+            Event.objects.filter(id__in=event_ids, routed_at__isnull=True).update(
+                routed_at=timezone.now()
+            )
+    return hops
+
+
+@contextmanager
+def leaf_session(leaf_id: int):
+    """A transaction holding the leaf's lock, with the leaf's state refreshed inside it.
+
+    Yields (state, changed client ids). If anything fails, the in-memory state is
+    dropped so that it is rebuilt from the database next time.
+    """
+    try:
+        with transaction.atomic():
+            lock_leaf(leaf_id)
+            yield dispatch_state.leaf_state(leaf_id)
+    except BaseException:
+        dispatch_state.forget_leaf(leaf_id)
+        raise
+
+
+def _deliver_at_leaf(leaf_id: int, events: list[RoutedEvent]) -> dict[str, int]:
+    with leaf_session(leaf_id) as (leaf, changed):
+        counts = deliver_routed(leaf, events)
+        if changed:
+            deliver_late(leaf, changed)
+    return counts
+
+
+def _forward_down(
+    dispatcher_id: int, children: list[int], events: list[RoutedEvent]
+) -> dict[int, list[str]]:
+    summaries = dispatch_state.summaries_of(children)
+    forwarded: dict[int, list[str]] = {}
+    for event in events:
+        selected = [c for c in children if summaries[c].may_select(event.selector)]
+        accepting = [
+            c for c in selected if summaries[c].may_accept(event.sender_attributes, event.content)
+        ]
+        for child in accepting:
+            forwarded.setdefault(child, []).append(event.id)
+        if len(accepting) < len(selected):
+            _audit_refused_subtrees(dispatcher_id, event, len(selected) - len(accepting))
+    return forwarded
+
+
+def _audit_refused_subtrees(dispatcher_id: int, event: RoutedEvent, subtrees: int) -> None:
+    """The sender addressed receivers below, but none of their policies accepts it."""
+    audit.record_refusal(
+        actor=audit.Actor("client", str(event.sender_id)),
+        action="event.refused_by_policy",
+        target=f"event:{event.id}",
+        reason="no receiver policy below this dispatcher accepts this sender and content",
+        details={"dispatcher": dispatcher_id, "subtrees": subtrees},
+    )
+
+
+def _record_traffic(dispatcher_id, events, direction, forwarded, delivered) -> None:
+    now = timezone.now()
+    records = []
+    for event in events:
+        targets = sorted(child for child, ids in forwarded.items() if event.id in ids)
+        count = delivered.get(event.id, 0)
+        records.append(
+            TrafficRecord(
+                event_id=event.id,
+                dispatcher_id=dispatcher_id,
+                direction=direction,
+                forwarded_to=targets,
+                delivered=count,
+                wasted=int(direction == DOWN and not targets and count == 0),
+                at=now,
+            )
+        )
+    TrafficRecord.objects.bulk_create(records)
+
+
+def apply_client_changes(leaf_id: int) -> list[SummaryHop]:
+    """Bring a leaf up to date, deliver what changed receivers now match, and push a
+    grown summary upward; return follow-up hops."""
+    with leaf_session(leaf_id) as (leaf, changed):
+        if changed:
+            deliver_late(leaf, changed)
+        # Still under the leaf's lock: a concurrent recomputation cannot interleave.
+        return _store_if_grown(leaf_id, leaf.summary)
+
+
+def refresh_summary(dispatcher_id: int, child_id: int) -> list[RouteHop | SummaryHop]:
+    """A child's summary grew: send it the live events it may now match, and grow ours
+    if needed; return follow-up hops."""
+    tree = dispatch_state.topology(dispatcher_id)
+    children = tree.children[dispatcher_id]
+    before = dispatch_state.cached_summary(child_id)
+    after = dispatch_state.summaries_of([child_id])[child_id]
+    hops = _resend_to_grown_child(child_id, before, after)
+    # The union is computed after our row is locked, from the children's latest.
+    union = lambda: Summary.union(dispatch_state.summaries_of(children).values())  # noqa: E731
+    return hops + _store_if_grown(dispatcher_id, union)
+
+
+def _resend_to_grown_child(child_id: int, before: Summary | None, after: Summary) -> list:
+    # Events routed while the child's old summary was in force may have skipped it.
+    ids = [
+        e.id
+        for e in live_events()
+        if after.may_match(e.selector, e.sender_attributes, e.content)
+        and not (before and before.may_match(e.selector, e.sender_attributes, e.content))
+    ]
+    return [RouteHop(child_id, ids, DOWN)] if ids else []
+
+
+def _store_if_grown(dispatcher_id: int, compute: Callable[[], Summary]) -> list[SummaryHop]:
+    """Save the computed summary unless the stored one already covers it (covering
+    stops propagation); if saved, the parent must hear of it."""
+    with transaction.atomic():
+        stored = DispatcherSummary.objects.select_for_update().filter(pk=dispatcher_id).first()
+        fresh = compute()
+        if stored is not None and Summary.from_json(stored.data).covers(fresh):
+            return []
+        _save_summary(dispatcher_id, fresh, stored)
+    parent = dispatch_state.topology(dispatcher_id).parent[dispatcher_id]
+    return [] if parent is None else [SummaryHop(parent, dispatcher_id)]
+
+
+def _save_summary(dispatcher_id: int, summary: Summary, stored: DispatcherSummary | None):
+    if stored is None:
+        DispatcherSummary.objects.create(
+            dispatcher_id=dispatcher_id, version=1, data=summary.to_json()
+        )
+    else:
+        stored.version += 1
+        stored.data = summary.to_json()
+        stored.save(update_fields=["version", "data", "updated_at"])
+
+
+def recompute_summaries() -> int:
+    """Replace every summary by the exact one, bottom-up (they may shrink); return how
+    many changed. Run on an interval: grown-only summaries drift wider over time."""
+    tree = dispatch_state.topology()
+    changed = 0
+    for dispatcher_id in sorted(tree.parent, key=lambda d: -_depth(tree, d)):
+        if dispatcher_id in tree.leaves:
+            changed += _recompute_leaf(dispatcher_id)
+        else:
+            changed += _recompute_inner(dispatcher_id, tree.children[dispatcher_id])
+    return changed
+
+
+def _recompute_leaf(leaf_id: int) -> int:
+    # Under the leaf's lock, so that a change applied meanwhile is not overwritten.
+    with leaf_session(leaf_id) as (leaf, changed):
+        if changed:
+            deliver_late(leaf, changed)
+        return _replace_summary(leaf_id, leaf.summary)
+
+
+def _recompute_inner(dispatcher_id: int, children: list[int]) -> int:
+    # Children are read after our row is locked, so the union is of their latest.
+    return _replace_summary(
+        dispatcher_id, lambda: Summary.union(dispatch_state.summaries_of(children).values())
+    )
+
+
+def _replace_summary(dispatcher_id: int, compute) -> int:
+    with transaction.atomic():
+        stored = DispatcherSummary.objects.select_for_update().filter(pk=dispatcher_id).first()
+        summary = compute()
+        if stored is not None and stored.data == summary.to_json():
+            return 0
+        _save_summary(dispatcher_id, summary, stored)
+    return 1
+
+
+def _depth(tree, dispatcher_id: int) -> int:
+    depth = 0
+    while tree.parent[dispatcher_id] is not None:
+        dispatcher_id = tree.parent[dispatcher_id]
+        depth += 1
+    return depth

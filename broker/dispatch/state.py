@@ -1,0 +1,210 @@
+"""Per-process dispatcher state, rebuilt from PostgreSQL and kept fresh from its logs.
+
+Each worker process holds, for the dispatchers it serves: the tree's shape, for each
+leaf a `Matcher` over its receivers (refreshed from the `ClientChange` log before every
+use), and cached copies of subtree summaries (refreshed when their version moves).
+Nothing here is authoritative: losing a process loses nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+from django.db.models import Q
+from django.utils import timezone
+
+from broker.dispatch.summary import Summary
+from broker.models import (
+    AttributeValue,
+    Client,
+    ClientChange,
+    Dispatcher,
+    DispatcherSummary,
+    PolicyVersion,
+)
+from policies import Matcher, Policy, parse_policy
+
+
+@dataclass
+class Topology:
+    """The tree's shape: parents, children and leaves by dispatcher id."""
+
+    parent: dict[int, int | None] = field(default_factory=dict)
+    children: dict[int, list[int]] = field(default_factory=dict)
+    leaves: set[int] = field(default_factory=set)
+    queues: dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls) -> Topology:
+        topology = cls()
+        for node in Dispatcher.objects.order_by("id"):
+            topology.parent[node.id] = node.parent_id
+            topology.children.setdefault(node.id, [])
+            topology.queues[node.id] = node.queue
+            if node.parent_id is not None:
+                topology.children.setdefault(node.parent_id, []).append(node.id)
+            if node.is_leaf:
+                topology.leaves.add(node.id)
+        return topology
+
+
+_topology: Topology | None = None
+
+
+def topology(dispatcher_id: int | None = None) -> Topology:
+    """The cached topology, reloaded when it does not know `dispatcher_id`."""
+    global _topology
+    if _topology is None or (dispatcher_id is not None and dispatcher_id not in _topology.parent):
+        _topology = Topology.load()
+    return _topology
+
+
+_policies: dict[str, Policy] = {}
+
+
+def parsed_policy(canonical_text: str) -> Policy:
+    """Parse each distinct policy text once per process: most receivers share one."""
+    policy = _policies.get(canonical_text)
+    if policy is None:
+        policy = _policies[canonical_text] = parse_policy(canonical_text)
+    return policy
+
+
+class LeafState:
+    """The receivers attached to one leaf, in a Matcher, as of `last_change`."""
+
+    def __init__(self, dispatcher_id: int) -> None:
+        self.dispatcher_id = dispatcher_id
+        self.matcher = Matcher()
+        self.horizon = snapshot_xmin()
+        self._reload(
+            Client.objects.filter(dispatcher_id=dispatcher_id).values_list("id", flat=True)
+        )
+
+    def refresh(self) -> set[int]:
+        """Apply changes not surely seen before; return the changed client ids.
+
+        Changes whose transaction id is at or above the previous horizon are read again
+        (reloading a client twice is harmless); below it, every change was committed
+        before the previous read and so was seen then.
+        """
+        horizon = snapshot_xmin()
+        changed = set(
+            ClientChange.objects.filter(
+                dispatcher_id=self.dispatcher_id, txid__gte=self.horizon
+            ).values_list("client_id", flat=True)
+        )
+        self.horizon = horizon
+        if changed:
+            self._reload(changed)
+        return changed
+
+    def _reload(self, client_ids: Iterable[int]) -> None:
+        ids = list(client_ids)
+        receivers = _receivers(self.dispatcher_id, ids)
+        for client_id in ids:
+            found = receivers.get(client_id)
+            if found is None:
+                if client_id in self.matcher:
+                    self.matcher.remove(client_id)
+            elif client_id in self.matcher:
+                self.matcher.update(client_id, found[0], found[1])
+            else:
+                self.matcher.add(client_id, found[0], found[1])
+
+    def receivers(self) -> Iterable[tuple[dict[str, Any], Policy]]:
+        for client_id in self.matcher.selected(None):
+            yield self.matcher.attributes(client_id), self.matcher.policy(client_id)
+
+    def summary(self) -> Summary:
+        return Summary.of_receivers(self.receivers())
+
+
+def _receivers(dispatcher_id: int, client_ids: list[int]) -> dict[int, tuple[dict, Policy]]:
+    """{client id: (attributes, policy)} of those clients that can receive here now."""
+    eligible = set(
+        Client.objects.filter(
+            id__in=client_ids, dispatcher_id=dispatcher_id, is_active=True, can_receive=True
+        ).values_list("id", flat=True)
+    )
+    policies = _current_policies(eligible)
+    attributes = _live_attributes(policies.keys())
+    return {cid: (attributes.get(cid, {}), policy) for cid, policy in policies.items()}
+
+
+def _current_policies(client_ids: set[int]) -> dict[int, Policy]:
+    # A receiver without a policy accepts nothing, so it is simply not a receiver yet.
+    rows = (
+        PolicyVersion.objects.filter(client_id__in=client_ids)
+        .order_by("client_id", "-version")
+        .distinct("client_id")
+        .values_list("client_id", "canonical_text")
+    )
+    return {client_id: parsed_policy(text) for client_id, text in rows}
+
+
+def _live_attributes(client_ids: Iterable[int]) -> dict[int, dict]:
+    now = timezone.now()
+    rows = (
+        AttributeValue.objects.filter(client_id__in=list(client_ids), revoked_at__isnull=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .values_list("client_id", "name", "value")
+    )
+    found: dict[int, dict] = {}
+    for client_id, name, value in rows:
+        found.setdefault(client_id, {})[name] = value
+    return found
+
+
+def snapshot_xmin() -> int:
+    """PostgreSQL's oldest transaction still running: all before it have ended."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+        return cursor.fetchone()[0]
+
+
+_leaves: dict[int, LeafState] = {}
+
+
+def leaf_state(dispatcher_id: int) -> tuple[LeafState, set[int]]:
+    """The fresh state of a leaf and the clients changed since it was last used.
+
+    A state built afresh reports all its receivers as changed: whatever happened while
+    no process held it, they must be caught up on the live events they now match.
+    """
+    state = _leaves.get(dispatcher_id)
+    if state is None:
+        state = _leaves[dispatcher_id] = LeafState(dispatcher_id)
+        return state, set(state.matcher.selected(None))
+    return state, state.refresh()
+
+
+def forget_leaf(dispatcher_id: int) -> None:
+    """Drop a leaf's state after a failed transaction: memory must not run ahead of
+    the database, so the next use rebuilds it (and catches every receiver up)."""
+    _leaves.pop(dispatcher_id, None)
+
+
+_summaries: dict[int, tuple[int, Summary]] = {}
+
+
+def summaries_of(dispatcher_ids: list[int]) -> dict[int, Summary]:
+    """Stored summaries of these dispatchers (an empty one where none is stored yet)."""
+    versions = dict(
+        DispatcherSummary.objects.filter(dispatcher_id__in=dispatcher_ids).values_list(
+            "dispatcher_id", "version"
+        )
+    )
+    stale = [d for d, v in versions.items() if _summaries.get(d, (None,))[0] != v]
+    for row in DispatcherSummary.objects.filter(dispatcher_id__in=stale):
+        _summaries[row.dispatcher_id] = (row.version, Summary.from_json(row.data))
+    return {d: _summaries[d][1] if d in versions else Summary() for d in dispatcher_ids}
+
+
+def cached_summary(dispatcher_id: int) -> Summary | None:
+    """This process's last-seen copy of a summary, if any (used to find what grew)."""
+    cached = _summaries.get(dispatcher_id)
+    return cached[1] if cached else None

@@ -1,0 +1,216 @@
+"""Subtree summaries: what a dispatcher's receivers accept and what they look like.
+
+A summary answers two questions cheaply and conservatively: may some receiver below
+accept this sender and content (`may_accept`), and may the selector select some
+receiver below (`may_select`)? "No" must be certain; "yes" may be wrong. Pure Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies import Filter, Policy, Selector, coagulate, covers_all, parse_policy
+from policies.filters import filters_text
+
+MAX_POLICY_FILTERS = 32
+MAX_DISTINCT_VALUES = 64
+RANGE_OPS = frozenset({"<", "<=", ">", ">=", "=="})
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@dataclass
+class AttributeSummary:
+    """The values one attribute takes among a subtree's receivers."""
+
+    present: int = 0
+    values: set | None = field(default_factory=set)  # None: too many to list
+    low: float | None = None
+    high: float | None = None
+
+    def add(self, value: Any) -> None:
+        self.present += 1
+        if _is_number(value):
+            self.low = value if self.low is None else min(self.low, value)
+            self.high = value if self.high is None else max(self.high, value)
+        if self.values is not None:
+            self.values.add(value)
+            if len(self.values) > MAX_DISTINCT_VALUES:
+                self.values = None
+
+    def merge(self, other: AttributeSummary) -> None:
+        self.present += other.present
+        for bound in (other.low, other.high):
+            if bound is not None:
+                self.low = bound if self.low is None else min(self.low, bound)
+                self.high = bound if self.high is None else max(self.high, bound)
+        if self.values is None or other.values is None:
+            self.values = None
+        else:
+            self.values |= other.values
+            if len(self.values) > MAX_DISTINCT_VALUES:
+                self.values = None
+
+    def may_hold(self, constraint) -> bool:
+        """May the constraint hold on some receiver that has this attribute?"""
+        if self.present == 0:
+            return False
+        if self.values is not None:
+            return any(constraint.holds_on(value) for value in self.values)
+        if constraint.negated or constraint.op not in RANGE_OPS or self.low is None:
+            return True  # unknown text values: cannot rule anything out
+        if not _is_number(constraint.value):
+            return True
+        return _range_may_hold(constraint.op, constraint.value, self.low, self.high)
+
+    def covers(self, other: AttributeSummary) -> bool:
+        if other.present == 0:
+            return True
+        if self.present == 0:
+            return False
+        if other.low is not None and (
+            self.low is None or other.low < self.low or other.high > self.high
+        ):
+            return False
+        if self.values is None:
+            return True
+        return other.values is not None and other.values <= self.values
+
+
+def _range_may_hold(op: str, literal: float, low: float, high: float) -> bool:
+    return {
+        "<": low < literal,
+        "<=": low <= literal,
+        ">": high > literal,
+        ">=": high >= literal,
+        "==": low <= literal <= high,
+    }[op]
+
+
+@dataclass
+class Summary:
+    """Receivers' attributes and the union of their policies, for one subtree."""
+
+    receivers: int = 0
+    attributes: dict[str, AttributeSummary] = field(default_factory=dict)
+    policy_filters: list[Filter] = field(default_factory=list)
+
+    @classmethod
+    def of_receivers(cls, receivers: Iterable[tuple[Mapping[str, Any], Policy]]) -> Summary:
+        """The exact summary of some receivers, its policy union coagulated."""
+        summary, filters = cls(), set()
+        for attributes, policy in receivers:
+            summary.receivers += 1
+            for name, value in attributes.items():
+                summary.attributes.setdefault(name, AttributeSummary()).add(value)
+            filters.update(policy.filters())
+        summary.policy_filters = _coagulated(filters)
+        return summary
+
+    @classmethod
+    def union(cls, parts: Iterable[Summary]) -> Summary:
+        """A summary covering every part (a parent's view of its children)."""
+        summary, filters = cls(), set()
+        for part in parts:
+            summary.receivers += part.receivers
+            for name, attribute in part.attributes.items():
+                mine = summary.attributes.setdefault(name, AttributeSummary())
+                mine.merge(attribute)
+            filters.update(part.policy_filters)
+        summary.policy_filters = _coagulated(filters)
+        return summary
+
+    def may_accept(self, sender: Mapping[str, Any], content: Mapping[str, Any]) -> bool:
+        return any(f.accepts(sender, content) for f in self.policy_filters)
+
+    def may_select(self, selector: Selector | None) -> bool:
+        if self.receivers == 0:
+            return False
+        if selector is None:
+            return True
+        return any(self._may_satisfy(f) for f in selector.filters())
+
+    def may_match(self, selector: Selector | None, sender: Mapping, content: Mapping) -> bool:
+        """May some receiver below get this event?"""
+        return self.may_accept(sender, content) and self.may_select(selector)
+
+    def _may_satisfy(self, selector_filter: Filter) -> bool:
+        return all(self._may_hold(c) for c in selector_filter.constraints)
+
+    def _may_hold(self, constraint) -> bool:
+        attribute = self.attributes.get(constraint.name, AttributeSummary())
+        missing_somewhere = attribute.present < self.receivers
+        if constraint.op == "exists":
+            return attribute.present > 0
+        if constraint.op == "not exists":
+            return missing_somewhere
+        if constraint.negated and missing_somewhere:
+            return True  # a negated test holds on a missing attribute
+        return attribute.may_hold(constraint)
+
+    def covers(self, other: Summary) -> bool:
+        """Does this summary let through everything `other` lets through?"""
+        if other.receivers == 0:
+            return True
+        if self.receivers == 0 or not covers_all(self.policy_filters, other.policy_filters):
+            return False
+        return all(
+            self.attributes.get(name, AttributeSummary()).covers(attribute)
+            and self._absent_covers(name, other)
+            for name, attribute in other.attributes.items()
+        ) and self._new_names_are_covered(other)
+
+    def _absent_covers(self, name: str, other: Summary) -> bool:
+        # `not exists` may hold below `other`; it must be allowed by us as well.
+        other_missing = other.attributes[name].present < other.receivers
+        mine = self.attributes.get(name, AttributeSummary())
+        return not other_missing or mine.present < self.receivers
+
+    def _new_names_are_covered(self, other: Summary) -> bool:
+        # Attributes we know but `other` lacks: its receivers miss them entirely.
+        return all(
+            attribute.present < self.receivers
+            for name, attribute in self.attributes.items()
+            if name not in other.attributes
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "receivers": self.receivers,
+            "policy": f"accept {filters_text(self.policy_filters)}",
+            "attributes": {name: _attribute_json(a) for name, a in self.attributes.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Summary:
+        return cls(
+            receivers=data["receivers"],
+            attributes={n: _attribute_from_json(a) for n, a in data["attributes"].items()},
+            policy_filters=parse_policy(data["policy"]).filters(),
+        )
+
+
+def _coagulated(filters: set[Filter]) -> list[Filter]:
+    ordered = sorted(filters, key=Filter.text)
+    if len(ordered) <= MAX_POLICY_FILTERS:
+        return ordered
+    return coagulate(ordered, MAX_POLICY_FILTERS)
+
+
+def _attribute_json(attribute: AttributeSummary) -> dict:
+    values = None if attribute.values is None else sorted(attribute.values, key=repr)
+    return {
+        "present": attribute.present,
+        "values": values,
+        "low": attribute.low,
+        "high": attribute.high,
+    }
+
+
+def _attribute_from_json(data: Mapping[str, Any]) -> AttributeSummary:
+    values = None if data["values"] is None else set(data["values"])
+    return AttributeSummary(data["present"], values, data["low"], data["high"])

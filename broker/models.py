@@ -1,0 +1,346 @@
+"""The event service's records. PostgreSQL is the source of truth; the dispatcher
+tree's memory is rebuilt from these tables.
+
+Writes go through `broker.services`; nothing here holds business logic.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.core.validators import RegexValidator
+from django.db import models
+from django.db.models import Q
+from django.db.models.expressions import RawSQL
+
+from policies import AttributeType
+
+identifier = RegexValidator(
+    r"^[A-Za-z_][A-Za-z0-9_]*$", "Use letters, digits and underscores, starting with a letter."
+)
+
+
+class ClientModel(models.Model):
+    """A client's *model*: the typed attributes it advertises (its address)."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ModelAttribute(models.Model):
+    """One typed attribute of a model, and who may set it.
+
+    `self_stated` attributes may be stated by the client itself; the others only by an
+    authority the client granted permission to (region, trust, organisation...).
+    """
+
+    TYPES = [(t.value, t.value) for t in AttributeType]
+
+    model = models.ForeignKey(ClientModel, on_delete=models.CASCADE, related_name="attributes")
+    name = models.CharField(max_length=64, validators=[identifier])
+    type = models.CharField(max_length=8, choices=TYPES)
+    self_stated = models.BooleanField(default=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["model", "name"], name="unique_attribute_per_model")
+        ]
+        ordering = ["model_id", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.model.name}.{self.name}:{self.type}"
+
+
+class Dispatcher(models.Model):
+    """A node of the dispatcher tree; clients attach to leaves."""
+
+    name = models.CharField(max_length=64, unique=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+    depth = models.PositiveSmallIntegerField()
+    is_leaf = models.BooleanField()
+
+    class Meta:
+        ordering = ["depth", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def queue(self) -> str:
+        """The Celery queue this dispatcher's work is routed to."""
+        return f"dispatcher.{self.name}"
+
+
+class Client(models.Model):
+    """A sender, a receiver, or both, with its credentials and model."""
+
+    name = models.SlugField(max_length=128, unique=True)
+    model = models.ForeignKey(ClientModel, on_delete=models.PROTECT, related_name="clients")
+    can_send = models.BooleanField(default=False)
+    can_receive = models.BooleanField(default=True)
+    secret_hash = models.CharField(max_length=256)
+    dispatcher = models.ForeignKey(
+        Dispatcher, null=True, blank=True, on_delete=models.PROTECT, related_name="clients"
+    )
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ClientToken(models.Model):
+    """A revocable bearer token a client got by logging in with its secret."""
+
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="tokens")
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"token of {self.client_id} ({'revoked' if self.revoked_at else 'live'})"
+
+
+class Authority(models.Model):
+    """A third-party qualifier (inventory, trust manager) that attests attributes."""
+
+    name = models.SlugField(max_length=128, unique=True)
+    display_name = models.CharField(max_length=200)
+    key_hash = models.CharField(max_length=64, unique=True)
+    capabilities = models.ManyToManyField(ModelAttribute, related_name="authorities", blank=True)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "authorities"
+
+    def __str__(self) -> str:
+        return self.display_name
+
+
+class AttestationGrant(models.Model):
+    """A client's revocable permission for an authority to set its attributes."""
+
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="grants")
+    authority = models.ForeignKey(Authority, on_delete=models.CASCADE, related_name="grants")
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"grant {self.client_id} -> {self.authority_id}"
+
+
+class AttributeValue(models.Model):
+    """A client's current value of one attribute, with its provenance."""
+
+    class Source(models.TextChoices):
+        CLIENT = "client", "stated by the client"
+        AUTHORITY = "authority", "attested by an authority"
+
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="attribute_values")
+    name = models.CharField(max_length=64)
+    value = models.JSONField()
+    source = models.CharField(max_length=16, choices=Source.choices)
+    authority = models.ForeignKey(Authority, null=True, blank=True, on_delete=models.PROTECT)
+    set_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["client", "name"], name="one_value_per_attribute"),
+            models.CheckConstraint(
+                condition=Q(source="client", authority__isnull=True)
+                | Q(source="authority", authority__isnull=False),
+                name="authority_iff_attested",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value!r} ({self.source})"
+
+
+class PolicyVersion(models.Model):
+    """One version of a receiver's connectivity policy; the highest is current."""
+
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="policy_versions")
+    version = models.PositiveIntegerField()
+    text = models.TextField()
+    canonical_text = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=200)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["client", "version"], name="unique_policy_version")
+        ]
+        ordering = ["client_id", "-version"]
+
+    def __str__(self) -> str:
+        return f"policy v{self.version} of {self.client_id}"
+
+
+class ChannelCursor(models.Model):
+    """The last sequence number a sender used on a channel."""
+
+    sender = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="channel_cursors")
+    channel = models.CharField(max_length=128)
+    last_sequence = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["sender", "channel"], name="one_cursor_per_channel")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.sender_id}/{self.channel}@{self.last_sequence}"
+
+
+class Event(models.Model):
+    """A published event: content, optional selector, and the sender's attested
+    attributes as they were at publish time (never taken from the content)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    sender = models.ForeignKey(Client, on_delete=models.PROTECT, related_name="events_sent")
+    channel = models.CharField(max_length=128)
+    sequence = models.PositiveBigIntegerField()
+    content = models.JSONField()
+    selector = models.TextField(blank=True)
+    sender_attributes = models.JSONField()
+    lifetime_s = models.PositiveIntegerField()
+    published_at = models.DateTimeField()
+    expires_at = models.DateTimeField(db_index=True)
+    routed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["sender", "channel", "sequence"], name="unique_sequence_per_channel"
+            )
+        ]
+        indexes = [models.Index(fields=["routed_at", "published_at"])]
+
+    def __str__(self) -> str:
+        return f"event {self.sender_id}/{self.channel}#{self.sequence}"
+
+
+class Delivery(models.Model):
+    """One event delivered to one receiver, and what became of it."""
+
+    class State(models.TextChoices):
+        DELIVERED = "delivered"
+        ACKED = "acked"
+        FAILED = "failed"
+        EXPIRED = "expired"
+
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries")
+    receiver = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="deliveries")
+    # Copied from the event so that a receiver's position in each channel is one
+    # indexed query: deliveries reach a receiver in sequence order, per sender and channel.
+    sender = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
+    channel = models.CharField(max_length=128)
+    sequence = models.PositiveBigIntegerField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.DELIVERED)
+    delivered_at = models.DateTimeField()
+    acked_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["event", "receiver"], name="one_delivery_per_receiver")
+        ]
+        indexes = [
+            models.Index(fields=["receiver", "delivered_at"]),
+            models.Index(fields=["receiver", "sender", "channel", "sequence"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} -> {self.receiver_id} ({self.state})"
+
+
+class TrafficRecord(models.Model):
+    """One hop of an event through a dispatcher."""
+
+    class Direction(models.TextChoices):
+        UP = "up"
+        DOWN = "down"
+
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="hops")
+    dispatcher = models.ForeignKey(Dispatcher, on_delete=models.CASCADE, related_name="hops")
+    direction = models.CharField(max_length=8, choices=Direction.choices)
+    forwarded_to = models.JSONField(default=list)
+    delivered = models.PositiveIntegerField(default=0)
+    wasted = models.PositiveIntegerField(default=0)
+    at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.event_id} at {self.dispatcher_id} ({self.direction})"
+
+
+class AuditEntry(models.Model):
+    """Every change and every refusal, with who did it and why."""
+
+    class Outcome(models.TextChoices):
+        DONE = "done"
+        REFUSED = "refused"
+
+    at = models.DateTimeField(db_index=True)
+    actor = models.CharField(max_length=200)
+    action = models.CharField(max_length=64)
+    target = models.CharField(max_length=200, blank=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    reason = models.TextField(blank=True)
+    details = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.outcome}"
+
+
+class ClientChange(models.Model):
+    """A change to a client that its leaf dispatcher must apply (attributes, policy,
+    registration, deactivation). Leaves read this log in id order to refresh their
+    in-memory matcher, so no change is ever missed by a worker that was busy or down."""
+
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="changes")
+    dispatcher = models.ForeignKey(Dispatcher, on_delete=models.CASCADE, related_name="changes")
+    # The writing transaction's id. Ids of rows are handed out before commit, so a row
+    # with a smaller id can become visible after a larger one; readers instead track
+    # PostgreSQL's snapshot xmin, below which every transaction has ended.
+    txid = models.BigIntegerField(db_default=RawSQL("pg_current_xact_id()::text::bigint", []))
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["dispatcher", "txid"])]
+
+    def __str__(self) -> str:
+        return f"change of {self.client_id} at {self.dispatcher_id}"
+
+
+class DispatcherSummary(models.Model):
+    """What a dispatcher's subtree accepts and looks like (see broker.dispatch.summary).
+
+    It may over-approximate, never under-approximate; `version` grows on every save so
+    that workers know when their cached copy is stale.
+    """
+
+    dispatcher = models.OneToOneField(
+        Dispatcher, on_delete=models.CASCADE, related_name="summary", primary_key=True
+    )
+    version = models.PositiveBigIntegerField(default=0)
+    data = models.JSONField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"summary of {self.dispatcher_id} v{self.version}"

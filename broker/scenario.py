@@ -1,0 +1,168 @@
+"""The worm-response scenario of SCENARIO.md as data: models, authorities, controllers,
+web servers and their policy. The demo loads it; the tests play it out."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from django.db import transaction
+
+from broker.audit import Actor
+from broker.models import Authority, Client, ClientModel
+from broker.services.authorities import attest_attributes, create_authority, grant_authority
+from broker.services.clients import (
+    AttributeSpec,
+    create_client_model,
+    register_client,
+    state_attributes,
+)
+from broker.services.policies import set_policy
+
+SETUP = Actor("system", "scenario")
+
+WEB_SERVER_POLICY = """\
+# Macrocorp web servers
+accept
+    (sender.organization == "Intellimune" and sender.scope == "national"
+     and event.kind == "command")
+ or (event.alert exists and event.threat_level >= 4
+     and sender.region == "Northwest" and sender.trust >= 2)
+"""
+
+WEB_SERVER_ATTRIBUTES = [
+    AttributeSpec("hostname", "string"),
+    AttributeSpec("software", "string"),
+    AttributeSpec("version", "version"),
+    AttributeSpec("cgi", "bool"),
+    AttributeSpec("load", "float"),
+    AttributeSpec("region", "string", self_stated=False),
+    AttributeSpec("organization", "string", self_stated=False),
+]
+# Receivers qualify senders only by attested attributes, so everything a policy tests
+# about a controller is reserved for the trust manager.
+CONTROLLER_ATTRIBUTES = [
+    AttributeSpec("organization", "string", self_stated=False),
+    AttributeSpec("scope", "string", self_stated=False),
+    AttributeSpec("region", "string", self_stated=False),
+    AttributeSpec("trust", "int", self_stated=False),
+]
+REGIONS = ("Northwest", "Northeast", "Southwest", "Southeast")
+SOFTWARE = (
+    ("IIS", ("2.4.1", "2.4.7", "2.5.0", "3.0.2")),
+    ("Apache", ("2.4.57", "2.4.62")),
+    ("nginx", ("1.24.0", "1.26.1")),
+)
+CONTROLLERS = {
+    "northwest-controller": {
+        "organization": "Government",
+        "scope": "regional",
+        "region": "Northwest",
+        "trust": 2,
+    },
+    "intellimune-national": {
+        "organization": "Intellimune",
+        "scope": "national",
+        "region": "National",
+        "trust": 3,
+    },
+    "rogue-controller": {
+        "organization": "Government",
+        "scope": "regional",
+        "region": "Northwest",
+        "trust": 1,
+    },
+}
+
+
+@dataclass
+class Scenario:
+    """Handles to the scenario's cast; secrets are kept only for the demo and tests."""
+
+    web_server_model: ClientModel
+    controller_model: ClientModel
+    inventory: Authority
+    trust_manager: Authority
+    controllers: dict[str, Client] = field(default_factory=dict)
+    servers: list[Client] = field(default_factory=list)
+    secrets: dict[str, str] = field(default_factory=dict)
+    grants: dict[tuple[str, str], str] = field(default_factory=dict)
+
+
+def server_attributes(index: int, rng: random.Random) -> tuple[dict, dict]:
+    """(self-stated, inventory-attested) attributes of the index-th web server."""
+    software, versions = SOFTWARE[index % len(SOFTWARE)]
+    stated = {
+        "hostname": f"web-{index:05d}",
+        "software": software,
+        "version": versions[(index // len(SOFTWARE)) % len(versions)],
+        "cgi": index % 4 != 1,
+        "load": round(rng.uniform(0.05, 0.75), 2),
+    }
+    attested = {"region": REGIONS[index % len(REGIONS)], "organization": "Macrocorp"}
+    return stated, attested
+
+
+@transaction.atomic
+def load_scenario(*, servers: int = 40, seed: int = 7) -> Scenario:
+    """Create the scenario's models, authorities, controllers and `servers` servers."""
+    scenario = _create_cast()
+    for name, values in CONTROLLERS.items():
+        _add_controller(scenario, name, values)
+    rng = random.Random(seed)
+    for index in range(servers):
+        _add_server(scenario, index, rng)
+    return scenario
+
+
+def _create_cast() -> Scenario:
+    web = create_client_model(name="web-server", attributes=WEB_SERVER_ATTRIBUTES, actor=SETUP)
+    controller = create_client_model(
+        name="controller", attributes=CONTROLLER_ATTRIBUTES, actor=SETUP
+    )
+    inventory, inventory_key = create_authority(
+        name="macrocorp-inventory",
+        display_name="Macrocorp inventory",
+        capabilities=web.attributes.filter(name__in=["region", "organization"]),
+        actor=SETUP,
+    )
+    trust, trust_key = create_authority(
+        name="trust-manager",
+        display_name="Regulated trust manager",
+        capabilities=controller.attributes.all(),
+        actor=SETUP,
+    )
+    scenario = Scenario(web, controller, inventory, trust)
+    scenario.secrets.update({inventory.name: inventory_key, trust.name: trust_key})
+    return scenario
+
+
+def _add_controller(scenario: Scenario, name: str, values: dict) -> None:
+    client, secret = register_client(
+        name=name, model=scenario.controller_model, can_send=True, can_receive=False, actor=SETUP
+    )
+    grant = grant_authority(
+        client=client, authority=scenario.trust_manager, actor=Actor("client", name)
+    )
+    attest_attributes(
+        authority=scenario.trust_manager, client=client, grant_key=grant, values=values
+    )
+    scenario.controllers[name] = client
+    scenario.secrets[name] = secret
+    scenario.grants[(name, scenario.trust_manager.name)] = grant
+
+
+def _add_server(scenario: Scenario, index: int, rng: random.Random) -> None:
+    stated, attested = server_attributes(index, rng)
+    name = stated["hostname"]
+    client, secret = register_client(
+        name=name, model=scenario.web_server_model, can_send=False, can_receive=True, actor=SETUP
+    )
+    actor = Actor("client", name)
+    state_attributes(client=client, values=stated, actor=actor)
+    grant = grant_authority(client=client, authority=scenario.inventory, actor=actor)
+    attest_attributes(authority=scenario.inventory, client=client, grant_key=grant, values=attested)
+    set_policy(client=client, text=WEB_SERVER_POLICY, actor=actor)
+    scenario.servers.append(client)
+    scenario.secrets[name] = secret
+    scenario.grants[(name, scenario.inventory.name)] = grant

@@ -1,0 +1,208 @@
+"""Client models, clients, their credentials and their self-stated attributes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.hashers import check_password, make_password
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from broker import audit, tree_changes
+from broker.attributes import check_values
+from broker.audit import Actor
+from broker.credentials import key_digest, new_secret
+from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
+from broker.models import AttributeValue, Client, ClientModel, ClientToken, ModelAttribute
+from broker.selectors import declared_types
+from broker.services.tree import attach_to_leaf
+from policies import AttributeType
+
+
+@dataclass(frozen=True)
+class AttributeSpec:
+    """How a model declares one attribute."""
+
+    name: str
+    type: str
+    self_stated: bool = True
+
+
+def create_client_model(
+    *, name: str, attributes: Iterable[AttributeSpec], actor: Actor, description: str = ""
+) -> ClientModel:
+    """Create a model and its typed attributes."""
+    specs = list(attributes)
+    _check_specs(specs)
+    with transaction.atomic():
+        model = ClientModel.objects.create(name=name, description=description)
+        ModelAttribute.objects.bulk_create(
+            ModelAttribute(model=model, name=s.name, type=s.type, self_stated=s.self_stated)
+            for s in specs
+        )
+        audit.record_change(
+            actor=actor,
+            action="model.create",
+            target=f"model:{name}",
+            details={"attributes": {s.name: s.type for s in specs}},
+        )
+    return model
+
+
+def _check_specs(specs: list[AttributeSpec]) -> None:
+    types = {t.value for t in AttributeType}
+    seen = set()
+    for spec in specs:
+        if spec.type not in types:
+            raise InvalidInput(
+                f"{spec.name} has unknown type {spec.type!r} (use one of {sorted(types)})",
+                field=spec.name,
+            )
+        if spec.name in seen:
+            raise InvalidInput(f"{spec.name} is declared twice", field=spec.name)
+        seen.add(spec.name)
+
+
+def register_client(
+    *, name: str, model: ClientModel, can_send: bool, can_receive: bool, actor: Actor
+) -> tuple[Client, str]:
+    """Create a client attached to the least-loaded leaf; return it and its secret.
+
+    The secret is returned this once and stored only as a hash.
+    """
+    secret = new_secret("sns")
+    try:
+        with transaction.atomic():
+            client = Client.objects.create(
+                name=name,
+                model=model,
+                can_send=can_send,
+                can_receive=can_receive,
+                secret_hash=make_password(secret),
+                dispatcher=attach_to_leaf(),
+            )
+            audit.record_change(actor=actor, action="client.register", target=f"client:{name}")
+            tree_changes.client_changed(client)
+    except IntegrityError:
+        raise InvalidInput(f"a client named {name!r} already exists", field="name") from None
+    return client, secret
+
+
+def log_in_client(*, name: str, secret: str) -> str:
+    """Exchange a client's name and secret for a new revocable token."""
+    client = Client.objects.filter(name=name, is_active=True).first()
+    if client is None or not check_password(secret, client.secret_hash):
+        audit.record_refusal(
+            actor=Actor("client", name),
+            action="client.login",
+            target=f"client:{name}",
+            reason="unknown client or wrong secret",
+        )
+        raise AuthenticationFailed("unknown client or wrong secret")
+    token = new_secret("snt")
+    ClientToken.objects.create(client=client, key_hash=key_digest(token))
+    return token
+
+
+def authenticate_client(token: str) -> Client:
+    """The active client a live token belongs to, else AuthenticationFailed."""
+    found = (
+        ClientToken.objects.select_related("client__model")
+        .filter(key_hash=key_digest(token), revoked_at__isnull=True, client__is_active=True)
+        .first()
+    )
+    if found is None:
+        raise AuthenticationFailed("the token is unknown or revoked")
+    return found.client
+
+
+def revoke_tokens(*, client: Client, actor: Actor) -> int:
+    """Revoke every live token of `client`; return how many."""
+    with transaction.atomic():
+        count = client.tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        audit.record_change(
+            actor=actor,
+            action="client.revoke_tokens",
+            target=f"client:{client.name}",
+            details={"revoked": count},
+        )
+    return count
+
+
+def state_attributes(*, client: Client, values: Mapping[str, Any], actor: Actor) -> None:
+    """Apply values the client states about itself: all of them, or none.
+
+    Attributes its model reserves for authorities are refused, with an audit entry,
+    and then none of the other values is applied either.
+    """
+    try:
+        checked = check_values(declared_types(client), values)
+        _refuse_reserved(client, checked)
+    except (InvalidInput, NotAuthorised) as error:
+        audit.record_refusal(
+            actor=actor,
+            action="attributes.state",
+            target=f"client:{client.name}",
+            reason=error.message,
+            details={"attempted": _printable(values)},
+        )
+        raise
+    with transaction.atomic():
+        _write_values(client, checked, source=AttributeValue.Source.CLIENT)
+        audit.record_change(
+            actor=actor,
+            action="attributes.state",
+            target=f"client:{client.name}",
+            details={"values": checked},
+        )
+        tree_changes.client_changed(client)
+
+
+def _refuse_reserved(client: Client, values: Mapping[str, Any]) -> None:
+    reserved = set(
+        client.model.attributes.filter(self_stated=False, name__in=list(values)).values_list(
+            "name", flat=True
+        )
+    )
+    if reserved:
+        names = ", ".join(sorted(reserved))
+        raise NotAuthorised(
+            f"{names} may only be set by an authority, not stated by the client itself",
+            field=sorted(reserved)[0],
+        )
+
+
+def _write_values(
+    client: Client,
+    values: Mapping[str, Any],
+    *,
+    source: str,
+    authority=None,
+    expires_at=None,
+) -> None:
+    now = timezone.now()
+    for name, value in values.items():
+        AttributeValue.objects.update_or_create(
+            client=client,
+            name=name,
+            defaults={
+                "value": value,
+                "source": source,
+                "authority": authority,
+                "set_at": now,
+                "expires_at": expires_at,
+                "revoked_at": None,
+            },
+        )
+
+
+def _printable(values: Any) -> Any:
+    """Values as they can be stored in an audit entry's JSON."""
+    if isinstance(values, Mapping):
+        return {
+            str(k): v if isinstance(v, str | int | float | bool) else repr(v)
+            for k, v in values.items()
+        }
+    return repr(values)

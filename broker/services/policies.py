@@ -1,0 +1,66 @@
+"""Receivers' connectivity policies, versioned."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models import Max
+
+from broker import audit, tree_changes
+from broker.audit import Actor
+from broker.errors import NotAuthorised, PolicyRejected
+from broker.models import Client, PolicyVersion
+from policies import PolicySyntaxError, parse_policy
+
+MAX_POLICY_LENGTH = 20_000
+
+
+def set_policy(*, client: Client, text: str, actor: Actor) -> PolicyVersion:
+    """Parse and store a new version of the client's policy; refuse it whole if invalid."""
+    try:
+        if not client.can_receive:
+            raise NotAuthorised(f"{client.name} is not a receiver", field="policy")
+        canonical = _canonical(text)
+    except (PolicyRejected, NotAuthorised) as error:
+        audit.record_refusal(
+            actor=actor,
+            action="policy.set",
+            target=f"client:{client.name}",
+            reason=error.message,
+            details={"text": text[:MAX_POLICY_LENGTH]},
+        )
+        raise
+    with transaction.atomic():
+        # Lock the client row: two concurrent updates must not take the same number.
+        Client.objects.select_for_update().filter(pk=client.pk).first()
+        latest = client.policy_versions.aggregate(latest=Max("version"))["latest"] or 0
+        version = PolicyVersion.objects.create(
+            client=client,
+            version=latest + 1,
+            text=text,
+            canonical_text=canonical,
+            created_by=str(actor),
+        )
+        audit.record_change(
+            actor=actor,
+            action="policy.set",
+            target=f"client:{client.name}",
+            details={"version": version.version, "policy": canonical},
+        )
+        tree_changes.client_changed(client)
+    return version
+
+
+def _canonical(text: str) -> str:
+    if len(text) > MAX_POLICY_LENGTH:
+        raise PolicyRejected(
+            f"the policy is longer than {MAX_POLICY_LENGTH} characters",
+            field="policy",
+            line=1,
+            column=1,
+        )
+    try:
+        return parse_policy(text).text()
+    except PolicySyntaxError as error:
+        raise PolicyRejected(
+            str(error), field="policy", line=error.line, column=error.column
+        ) from None

@@ -1,0 +1,123 @@
+"""Clients: credentials, self-stated attributes, and what they may not state."""
+
+import pytest
+
+from broker.audit import Actor
+from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
+from broker.models import AuditEntry
+from broker.scenario import WEB_SERVER_ATTRIBUTES
+from broker.selectors import current_attributes
+from broker.services.clients import (
+    authenticate_client,
+    create_client_model,
+    log_in_client,
+    register_client,
+    revoke_tokens,
+    state_attributes,
+)
+
+pytestmark = pytest.mark.django_db(databases=["default", "audit"])
+OPERATOR = Actor("user", "olivia")
+
+
+@pytest.fixture
+def web_model():
+    return create_client_model(name="web-server", attributes=WEB_SERVER_ATTRIBUTES, actor=OPERATOR)
+
+
+@pytest.fixture
+def server(web_model):
+    client, _ = register_client(
+        name="web-1", model=web_model, can_send=False, can_receive=True, actor=OPERATOR
+    )
+    return client
+
+
+def test_registration_returns_a_secret_once_and_stores_only_its_hash(web_model):
+    client, secret = register_client(
+        name="web-9", model=web_model, can_send=False, can_receive=True, actor=OPERATOR
+    )
+    assert secret.startswith("sns_") and secret not in client.secret_hash
+    assert client.dispatcher.is_leaf
+
+
+def test_clients_are_spread_evenly_over_the_leaves(web_model):
+    leaves = [
+        register_client(
+            name=f"w{i}", model=web_model, can_send=False, can_receive=True, actor=OPERATOR
+        )[0].dispatcher_id
+        for i in range(8)
+    ]
+    assert sorted(leaves.count(leaf) for leaf in set(leaves)) == [2, 2, 2, 2]
+
+
+def test_a_duplicate_name_is_refused_by_field(server, web_model):
+    with pytest.raises(InvalidInput) as refused:
+        register_client(
+            name="web-1", model=web_model, can_send=False, can_receive=True, actor=OPERATOR
+        )
+    assert refused.value.field == "name"
+
+
+def test_login_gives_a_token_that_authenticates_until_revoked(server, web_model):
+    client, secret = register_client(
+        name="web-2", model=web_model, can_send=False, can_receive=True, actor=OPERATOR
+    )
+    token = log_in_client(name="web-2", secret=secret)
+    assert authenticate_client(token) == client
+    revoke_tokens(client=client, actor=OPERATOR)
+    with pytest.raises(AuthenticationFailed):
+        authenticate_client(token)
+
+
+def test_a_wrong_secret_is_refused_and_audited(server):
+    with pytest.raises(AuthenticationFailed):
+        log_in_client(name="web-1", secret="guess")
+    entry = AuditEntry.objects.using("audit").get(action="client.login")
+    assert entry.outcome == "refused" and entry.actor == "client:web-1"
+
+
+def test_a_client_states_its_own_attributes(server):
+    state_attributes(client=server, values={"software": "IIS", "load": 0.4}, actor=OPERATOR)
+    assert current_attributes(server) == {"software": "IIS", "load": 0.4}
+
+
+def test_claiming_a_reserved_attribute_refuses_everything_and_is_audited(server):
+    state_attributes(client=server, values={"software": "IIS"}, actor=Actor("client", "web-1"))
+    with pytest.raises(NotAuthorised) as refused:
+        state_attributes(
+            client=server,
+            values={"software": "nginx", "region": "Northwest"},
+            actor=Actor("client", "web-1"),
+        )
+    assert refused.value.field == "region"
+    assert "only be set by an authority" in refused.value.message
+    assert current_attributes(server) == {"software": "IIS"}  # nothing applied half-way
+    entry = AuditEntry.objects.using("audit").get(action="attributes.state", outcome="refused")
+    assert entry.details["attempted"] == {"software": "nginx", "region": "Northwest"}
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "message"),
+    [
+        ({"load": "high"}, "load", "load must be a number"),
+        ({"cgi": 1}, "cgi", "cgi must be true or false"),
+        ({"version": "two"}, "version", "dotted version"),
+        ({"colour": "blue"}, "colour", "not an attribute of this model"),
+    ],
+)
+def test_values_that_do_not_fit_the_model_are_refused_by_field(server, values, field, message):
+    with pytest.raises(InvalidInput) as refused:
+        state_attributes(client=server, values=values, actor=OPERATOR)
+    assert refused.value.field == field
+    assert message in refused.value.message
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+def test_a_refusal_stays_in_the_audit_log_when_the_callers_transaction_rolls_back(server):
+    from django.db import transaction
+
+    with pytest.raises(NotAuthorised), transaction.atomic():
+        state_attributes(client=server, values={"software": "IIS", "region": "X"}, actor=OPERATOR)
+    refused = AuditEntry.objects.filter(action="attributes.state", outcome="refused")
+    assert refused.count() == 1

@@ -1,0 +1,118 @@
+"""SCENARIO.md played out through the real tree: real Celery worker, PostgreSQL, Redis."""
+
+import pytest
+
+from broker.audit import Actor
+from broker.models import AuditEntry, Delivery, Event
+from broker.scenario import load_scenario
+from broker.selectors import current_attributes
+from broker.services.clients import state_attributes
+from broker.services.events import publish_event
+from policies import parse_policy, parse_selector
+from tests.broker.tree_helpers import wait_until_idle
+
+pytestmark = [
+    pytest.mark.worker,
+    pytest.mark.django_db(transaction=True, databases=["default", "audit"]),
+]
+
+WORM_ALERT = {
+    "kind": "alert",
+    "alert": "worm",
+    "threat_level": 4,
+    "target": "IIS",
+    "version": "2.4.*",
+}
+VULNERABLE = 'software == "IIS" and version ~ "2.4.*" and cgi == true'
+OVERLOADED = 'software == "IIS" and version ~ "2.4.*" and load >= 0.8'
+
+
+def delivered_to(event: Event) -> set[str]:
+    return set(Delivery.objects.filter(event=event).values_list("receiver__name", flat=True))
+
+
+def oracle(event: Event, servers) -> set[str]:
+    """Brute force: every server the selector selects and whose policy accepts."""
+    selector = parse_selector(event.selector) if event.selector else None
+    found = set()
+    for server in servers:
+        attributes = current_attributes(server)
+        policy = parse_policy(server.policy_versions.order_by("-version").first().text)
+        if (selector is None or selector.selects(attributes)) and policy.accepts(
+            event.sender_attributes, event.content
+        ):
+            found.add(server.name)
+    return found
+
+
+@pytest.fixture
+def scenario(celery_worker):
+    scenario = load_scenario(servers=40)
+    wait_until_idle()
+    return scenario
+
+
+def test_the_northwest_alert_reaches_exactly_the_northwest_servers(scenario):
+    alert = publish_event(
+        sender=scenario.controllers["northwest-controller"],
+        content=WORM_ALERT,
+        selector='region == "Northwest"',
+        lifetime_s=600,
+    )
+    wait_until_idle()
+    northwest = {s.name for s in scenario.servers if current_attributes(s)["region"] == "Northwest"}
+    assert len(northwest) == 10
+    assert delivered_to(alert) == northwest == oracle(alert, scenario.servers)
+
+
+def test_the_disable_cgi_command_reaches_exactly_the_vulnerable_servers(scenario):
+    command = publish_event(
+        sender=scenario.controllers["intellimune-national"],
+        content={"kind": "command", "action": "disable-cgi"},
+        selector=VULNERABLE,
+    )
+    wait_until_idle()
+    expected = oracle(command, scenario.servers)
+    assert expected  # the scenario has vulnerable servers in every region
+    assert delivered_to(command) == expected
+
+
+def test_servers_crossing_the_load_threshold_get_the_live_shutdown_once(scenario):
+    shutdown = publish_event(
+        sender=scenario.controllers["intellimune-national"],
+        content={"kind": "command", "action": "shutdown"},
+        selector=OVERLOADED,
+        lifetime_s=600,
+    )
+    wait_until_idle()
+    assert delivered_to(shutdown) == set()
+    iis_24 = [s for s in scenario.servers if _is_iis_24(s)][:2]
+    apache = next(s for s in scenario.servers if current_attributes(s)["software"] == "Apache")
+    for server in [*iis_24, apache]:
+        state_attributes(client=server, values={"load": 0.93}, actor=Actor("client", server.name))
+    wait_until_idle()
+    for server in iis_24:  # a second crossing must not deliver again
+        state_attributes(client=server, values={"load": 0.97}, actor=Actor("client", server.name))
+    wait_until_idle()
+    assert delivered_to(shutdown) == {s.name for s in iis_24}
+    assert Delivery.objects.filter(event=shutdown).count() == 2
+
+
+def test_the_trust_1_controllers_alert_is_refused_by_every_policy_and_audited(scenario):
+    alert = publish_event(
+        sender=scenario.controllers["rogue-controller"],
+        content=WORM_ALERT,
+        selector='region == "Northwest"',
+    )
+    wait_until_idle()
+    assert delivered_to(alert) == set()
+    refusals = AuditEntry.objects.filter(
+        action="event.refused_by_policy", target=f"event:{alert.pk}"
+    )
+    assert refusals.exists()
+    assert all(entry.outcome == "refused" for entry in refusals)
+
+
+def _is_iis_24(server) -> bool:
+    attributes = current_attributes(server)
+    return attributes["software"] == "IIS" and attributes["version"].startswith("2.4.")
