@@ -340,6 +340,9 @@ class DispatcherSummary(models.Model):
     )
     version = models.PositiveBigIntegerField(default=0)
     data = models.JSONField()
+    # The version this one replaced: what a parent needs to find events it may have
+    # pruned under the old summary.
+    previous_data = models.JSONField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import transaction
 
+from broker import tree_changes
 from broker.dispatch import routing
 from broker.dispatch.routing import RouteHop, SummaryHop
 from broker.dispatch.state import topology
@@ -22,19 +23,20 @@ def route(dispatcher_id: int, event_ids: list[str], direction: str, came_from: i
 @shared_task(name="broker.apply_client_changes")
 def apply_client_changes(dispatcher_id: int):
     """A leaf applies its clients' changes, delivers late matches, grows summaries."""
+    tree_changes.woken(dispatcher_id)
     enqueue_hops(routing.apply_client_changes(dispatcher_id))
 
 
 @shared_task(name="broker.refresh_summary")
-def refresh_summary(dispatcher_id: int, child_id: int):
+def refresh_summary(dispatcher_id: int, child_id: int, version: int):
     """A dispatcher takes in a child's grown summary."""
-    enqueue_hops(routing.refresh_summary(dispatcher_id, child_id))
+    enqueue_hops(routing.refresh_summary(dispatcher_id, child_id, version))
 
 
 @shared_task(name="broker.recompute_summaries")
 def recompute_summaries():
     """Periodic: exact summaries, bottom-up, so that over-approximation stays small."""
-    routing.recompute_summaries()
+    enqueue_hops(routing.recompute_summaries())
 
 
 @shared_task(name="broker.sweep_unrouted")
@@ -59,4 +61,6 @@ def _send(hop: RouteHop | SummaryHop, queues: dict[int, str]) -> None:
             args=[hop.dispatcher_id, hop.event_ids, hop.direction, hop.came_from], queue=queue
         )
     else:
-        refresh_summary.apply_async(args=[hop.dispatcher_id, hop.child_id], queue=queue)
+        refresh_summary.apply_async(
+            args=[hop.dispatcher_id, hop.child_id, hop.version], queue=queue
+        )

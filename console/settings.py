@@ -139,7 +139,14 @@ CACHES = {
 CELERY_BROKER_URL = check_redis_url("CELERY_BROKER_URL", env_str("CELERY_BROKER_URL", REDIS_URL))
 CELERY_BROKER_URL = celery_broker_url_for(CELERY_BROKER_URL)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_S", 3600)}
+# A task taken by a worker that dies is handed out again after this many seconds; tasks
+# are short and idempotent, so a small value only costs an occasional duplicate run.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("CELERY_VISIBILITY_S", 120, minimum=1),
+    # Look for such abandoned tasks every few seconds (one cheap Redis query each).
+    "unacked_restore_interval": env_int("CELERY_RESTORE_INTERVAL_S", 5, minimum=1),
+    "unacked_restore_throttle": 1,
+}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]

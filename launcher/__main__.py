@@ -116,6 +116,8 @@ def command_test(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     env.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
     env.setdefault("STATIC_ROOT", str(VAR / "test" / "static"))
+    # Tasks of a worker a test kills are handed out again after this many seconds.
+    env.setdefault("CELERY_VISIBILITY_S", "8")
     services = Services(VAR / "test")
     try:
         services.provide(env)

@@ -4,6 +4,7 @@ Chromium) running against the test database that pytest-django creates."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from tests.cast import OPERATOR, create_member
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 PROCESS_START_TIMEOUT_S = 30.0
+# Workers started by the session fixture, so that other fixtures can tell.
+RUNNING_WORKERS: list = []
 
 
 def free_port() -> int:
@@ -73,15 +76,39 @@ def asgi_server(django_db_setup, django_db_blocker) -> str:
         stop_process(process)
 
 
+class WorkerProcess:
+    """A real Celery worker process serving the whole tree, which tests may kill."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.process = start_worker(self.name)
+        wait_for_worker(self.process)
+
+    def kill_hard(self) -> None:
+        """SIGKILL the worker and its pool processes, as a crash would."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            stop_process(self.process)
+
+
 @pytest.fixture(scope="session")
-def celery_worker(django_db_setup, django_db_blocker) -> subprocess.Popen:
-    """A real Celery worker process consuming the test's queues, on the test database."""
-    process = start_worker(f"test-{os.getpid()}")
+def celery_worker(django_db_setup, django_db_blocker) -> WorkerProcess:
+    """A real Celery worker on the test database, shared by the tests that need one."""
+    worker = WorkerProcess(f"test-{os.getpid()}")
+    with django_db_blocker.unblock():
+        worker.start()
+    RUNNING_WORKERS.append(worker)
     try:
-        wait_for_worker(process)
-        yield process
+        yield worker
     finally:
-        stop_process(process)
+        RUNNING_WORKERS.remove(worker)
+        worker.stop()
 
 
 def worker_queues() -> str:
@@ -101,7 +128,10 @@ def start_worker(name: str, *, concurrency: int = 2) -> subprocess.Popen:
         "--concurrency", str(concurrency), "--without-gossip", "--without-mingle",
         "--without-heartbeat", "--hostname", f"{name}@%h", "--queues", worker_queues(),
     ]  # fmt: skip
-    return subprocess.Popen(argv, env=environment_for_test_database(), cwd=ROOT)
+    # Its own session, so that a test can kill the pool's processes with it.
+    return subprocess.Popen(
+        argv, env=environment_for_test_database(), cwd=ROOT, start_new_session=True
+    )
 
 
 def wait_for_worker(process: subprocess.Popen) -> None:
@@ -134,3 +164,15 @@ def close_audit_connection(django_db_setup, django_db_blocker):
 
     with django_db_blocker.unblock():
         connections["audit"].close()
+
+
+@pytest.fixture(autouse=True)
+def quiet_tree_before_flush(request, _django_db_helper):
+    """After a test that committed data, let the worker finish what it caused before
+    the tables are truncated: a task still running would deadlock the flush."""
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    if RUNNING_WORKERS and marker and marker.kwargs.get("transaction"):
+        from tests.broker.tree_helpers import wait_until_idle
+
+        wait_until_idle(timeout_s=60)

@@ -41,6 +41,7 @@ class SummaryHop:
 
     dispatcher_id: int
     child_id: int
+    version: int
 
 
 def route(dispatcher_id: int, event_ids: list[str], *, direction: str, came_from: int | None):
@@ -141,23 +142,33 @@ def apply_client_changes(leaf_id: int) -> list[SummaryHop]:
     """Bring a leaf up to date, deliver what changed receivers now match, and push a
     grown summary upward; return follow-up hops."""
     with leaf_session(leaf_id) as (leaf, changed):
-        if changed:
-            deliver_late(leaf, changed)
+        if not changed:
+            return []  # another task already applied these changes
+        deliver_late(leaf, changed)
         # Still under the leaf's lock: a concurrent recomputation cannot interleave.
         return _store_if_grown(leaf_id, leaf.summary)
 
 
-def refresh_summary(dispatcher_id: int, child_id: int) -> list[RouteHop | SummaryHop]:
-    """A child's summary grew: send it the live events it may now match, and grow ours
-    if needed; return follow-up hops."""
+def refresh_summary(dispatcher_id: int, child_id: int, version: int) -> list[RouteHop | SummaryHop]:
+    """A child's summary grew to `version`: send it the live events it may now match,
+    and grow ours if needed; return follow-up hops."""
     tree = dispatch_state.topology(dispatcher_id)
     children = tree.children[dispatcher_id]
-    before = dispatch_state.cached_summary(child_id)
-    after = dispatch_state.summaries_of([child_id])[child_id]
+    before, after = _grown_summary(child_id, version)
     hops = _resend_to_grown_child(child_id, before, after)
     # The union is computed after our row is locked, from the children's latest.
     union = lambda: Summary.union(dispatch_state.summaries_of(children).values())  # noqa: E731
     return hops + _store_if_grown(dispatcher_id, union)
+
+
+def _grown_summary(child_id: int, version: int) -> tuple[Summary | None, Summary]:
+    """(summary before the growth, summary now). When the child has grown again since
+    `version`, "before" is unknown (None) and every matching live event is resent."""
+    row = DispatcherSummary.objects.get(pk=child_id)
+    after = Summary.from_json(row.data)
+    if row.version != version or row.previous_data is None:
+        return None, after
+    return Summary.from_json(row.previous_data), after
 
 
 def _resend_to_grown_child(child_id: int, before: Summary | None, after: Summary) -> list:
@@ -179,36 +190,40 @@ def _store_if_grown(dispatcher_id: int, compute: Callable[[], Summary]) -> list[
         fresh = compute()
         if stored is not None and Summary.from_json(stored.data).covers(fresh):
             return []
-        _save_summary(dispatcher_id, fresh, stored)
+        version = _save_summary(dispatcher_id, fresh, stored)
     parent = dispatch_state.topology(dispatcher_id).parent[dispatcher_id]
-    return [] if parent is None else [SummaryHop(parent, dispatcher_id)]
+    return [] if parent is None else [SummaryHop(parent, dispatcher_id, version)]
 
 
-def _save_summary(dispatcher_id: int, summary: Summary, stored: DispatcherSummary | None):
+def _save_summary(dispatcher_id: int, summary: Summary, stored: DispatcherSummary | None) -> int:
+    """Store a new version, keeping the one it replaces; return the new version."""
     if stored is None:
         DispatcherSummary.objects.create(
             dispatcher_id=dispatcher_id, version=1, data=summary.to_json()
         )
-    else:
-        stored.version += 1
-        stored.data = summary.to_json()
-        stored.save(update_fields=["version", "data", "updated_at"])
+        return 1
+    stored.previous_data = stored.data
+    stored.version += 1
+    stored.data = summary.to_json()
+    stored.save(update_fields=["version", "data", "previous_data", "updated_at"])
+    return stored.version
 
 
-def recompute_summaries() -> int:
-    """Replace every summary by the exact one, bottom-up (they may shrink); return how
-    many changed. Run on an interval: grown-only summaries drift wider over time."""
+def recompute_summaries() -> list[SummaryHop]:
+    """Replace every summary by the exact one, bottom-up (they may shrink). Run on an
+    interval: grown-only summaries drift wider over time. Where one grew instead, its
+    parent is told, as after any growth; those hops are returned."""
     tree = dispatch_state.topology()
-    changed = 0
+    hops: list[SummaryHop] = []
     for dispatcher_id in sorted(tree.parent, key=lambda d: -_depth(tree, d)):
         if dispatcher_id in tree.leaves:
-            changed += _recompute_leaf(dispatcher_id)
+            hops += _recompute_leaf(dispatcher_id)
         else:
-            changed += _recompute_inner(dispatcher_id, tree.children[dispatcher_id])
-    return changed
+            hops += _recompute_inner(dispatcher_id, tree.children[dispatcher_id])
+    return hops
 
 
-def _recompute_leaf(leaf_id: int) -> int:
+def _recompute_leaf(leaf_id: int) -> list[SummaryHop]:
     # Under the leaf's lock, so that a change applied meanwhile is not overwritten.
     with leaf_session(leaf_id) as (leaf, changed):
         if changed:
@@ -216,21 +231,23 @@ def _recompute_leaf(leaf_id: int) -> int:
         return _replace_summary(leaf_id, leaf.summary)
 
 
-def _recompute_inner(dispatcher_id: int, children: list[int]) -> int:
+def _recompute_inner(dispatcher_id: int, children: list[int]) -> list[SummaryHop]:
     # Children are read after our row is locked, so the union is of their latest.
     return _replace_summary(
         dispatcher_id, lambda: Summary.union(dispatch_state.summaries_of(children).values())
     )
 
 
-def _replace_summary(dispatcher_id: int, compute) -> int:
+def _replace_summary(dispatcher_id: int, compute: Callable[[], Summary]) -> list[SummaryHop]:
     with transaction.atomic():
         stored = DispatcherSummary.objects.select_for_update().filter(pk=dispatcher_id).first()
         summary = compute()
         if stored is not None and stored.data == summary.to_json():
-            return 0
-        _save_summary(dispatcher_id, summary, stored)
-    return 1
+            return []
+        grew = stored is None or not Summary.from_json(stored.data).covers(summary)
+        version = _save_summary(dispatcher_id, summary, stored)
+    parent = dispatch_state.topology(dispatcher_id).parent[dispatcher_id]
+    return [SummaryHop(parent, dispatcher_id, version)] if grew and parent is not None else []
 
 
 def _depth(tree, dispatcher_id: int) -> int:

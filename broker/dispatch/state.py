@@ -202,9 +202,3 @@ def summaries_of(dispatcher_ids: list[int]) -> dict[int, Summary]:
     for row in DispatcherSummary.objects.filter(dispatcher_id__in=stale):
         _summaries[row.dispatcher_id] = (row.version, Summary.from_json(row.data))
     return {d: _summaries[d][1] if d in versions else Summary() for d in dispatcher_ids}
-
-
-def cached_summary(dispatcher_id: int) -> Summary | None:
-    """This process's last-seen copy of a summary, if any (used to find what grew)."""
-    cached = _summaries.get(dispatcher_id)
-    return cached[1] if cached else None

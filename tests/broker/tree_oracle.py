@@ -1,0 +1,32 @@
+"""A brute-force oracle for the tree: what every receiver should get, by loops."""
+
+from __future__ import annotations
+
+from broker.models import Client, Delivery, Event
+from broker.selectors import current_attributes, current_policy
+from policies import parse_policy, parse_selector
+
+
+def receiver_states() -> dict[int, tuple[dict, object]]:
+    """{receiver id: (attributes, policy)} of every receiver with a policy, now."""
+    states = {}
+    for client in Client.objects.filter(can_receive=True, is_active=True):
+        version = current_policy(client)
+        if version is not None:
+            states[client.id] = (current_attributes(client), parse_policy(version.text))
+    return states
+
+
+def matching(event: Event, states: dict[int, tuple[dict, object]]) -> set[int]:
+    """Receivers whose attributes the selector selects and whose policy accepts."""
+    selector = parse_selector(event.selector) if event.selector else None
+    return {
+        receiver_id
+        for receiver_id, (attributes, policy) in states.items()
+        if (selector is None or selector.selects(attributes))
+        and policy.accepts(event.sender_attributes, event.content)
+    }
+
+
+def delivered(event: Event) -> set[int]:
+    return set(Delivery.objects.filter(event=event).values_list("receiver_id", flat=True))
