@@ -62,12 +62,22 @@ def persistent_secret_key(data_dir: Path) -> str:
     return path.read_text().strip()
 
 
-def manage(env: dict[str, str], *args: str) -> None:
+def manage(env: dict[str, str], *args: str, capture: bool = False) -> str:
     """Run a management command in a child process; stop the launcher if it fails."""
-    subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, check=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        env=env,
+        check=True,
+        stdout=subprocess.PIPE if capture else None,
+        text=True,
+    )
+    return (result.stdout or "").strip()
 
 
-def start_console(supervisor: Supervisor, env: dict[str, str], *, host: str, port: int) -> None:
+def start_console(
+    supervisor: Supervisor, env: dict[str, str], *, host: str, port: int, queues: str
+) -> None:
+    """The web server, a worker serving the whole dispatcher tree, and the beat."""
     python_bin = Path(sys.executable).parent
     supervisor.start(
         "web",
@@ -79,7 +89,15 @@ def start_console(supervisor: Supervisor, env: dict[str, str], *, host: str, por
         [
             str(python_bin / "celery"), "-A", "console", "worker", "--loglevel", "INFO",
             "--concurrency", env.get("WORKER_CONCURRENCY", "2"), "--without-gossip",
-            "--without-mingle", "--hostname", "console@%h",
+            "--without-mingle", "--hostname", "console@%h", "--queues", queues,
+        ],
+        env,
+    )  # fmt: skip
+    supervisor.start(
+        "beat",
+        [
+            str(python_bin / "celery"), "-A", "console", "beat", "--loglevel", "WARNING",
+            "--schedule", str(VAR / "demo" / "celerybeat-schedule"),
         ],
         env,
     )  # fmt: skip
@@ -98,7 +116,9 @@ def command_run(args: argparse.Namespace) -> int:
         manage(env, "migrate", "--noinput", "-v", "0")
         manage(env, "collectstatic", "--noinput", "-v", "0")
         manage(env, "ensure_admin")
-        start_console(supervisor, env, host=args.host, port=args.port)
+        manage(env, "load_scenario")
+        queues = "celery," + manage(env, "dispatcher_queues", capture=True)
+        start_console(supervisor, env, host=args.host, port=args.port, queues=queues)
         say(f"console at http://{args.host}:{args.port}/  (Ctrl-C stops everything)")
         dead = supervisor.wait()
         if dead:
