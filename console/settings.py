@@ -162,6 +162,10 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 TREE_DEPTH = env_int("TREE_DEPTH", 3, minimum=1)
 TREE_BRANCHING = env_int("TREE_BRANCHING", 2, minimum=1)
 
+# Matching in the tree. Off only for the benchmark's baseline: every event is relayed
+# blindly to every client, as a plain broadcast would.
+TREE_MATCHING = env_bool("TREE_MATCHING", default=True)
+
 # Beat: summaries are recomputed exactly (and may shrink) on this interval; events that
 # never reached the root are routed again.
 SUMMARY_INTERVAL_S = env_int("SUMMARY_INTERVAL_S", 60, minimum=1)

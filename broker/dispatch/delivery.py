@@ -11,15 +11,17 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import groupby
 
-from django.db import connection
+from django.conf import settings
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from broker import audit
+from broker import audit, notify
 from broker.audit import Actor
 from broker.dispatch.events import RoutedEvent, live_events
 from broker.dispatch.state import LeafState
 from broker.models import Delivery
+from broker.notify import Pushed
 
 LEAF_LOCK_NAMESPACE = 7_101
 
@@ -36,16 +38,16 @@ def deliver_routed(state: LeafState, events: list[RoutedEvent]) -> dict[str, int
     pending: list[Delivery] = []
     for stream, group in groupby(sorted(events, key=_order), key=lambda e: e.stream):
         batch = list(group)
-        matched = {
-            e.id: state.matcher.match(e.sender_attributes, e.content, e.selector) for e in batch
-        }
+        matched = {e.id: _receivers_of(state, e) for e in batch}
+        if settings.TREE_MATCHING:
+            _audit_policy_refusals(state, batch, matched)
         receivers = set().union(*matched.values())
         plans = _plan_stream(state, stream, batch, matched, receivers)
         for receiver_id, planned in plans.items():
             for event in planned:
                 counts[event.id] += 1
                 pending.append(_delivery(event, receiver_id))
-    Delivery.objects.bulk_create(pending, ignore_conflicts=True)
+    insert_deliveries(pending)
     return counts
 
 
@@ -63,8 +65,14 @@ def deliver_late(state: LeafState, receiver_ids: set[int]) -> int:
             pending.extend(
                 _delivery(e, receiver_id) for e in newer if _matches(state, receiver_id, e)
             )
-    Delivery.objects.bulk_create(pending, ignore_conflicts=True)
-    return len(pending)
+    return len(insert_deliveries(pending))
+
+
+def _receivers_of(state: LeafState, event: RoutedEvent) -> set[int]:
+    """Exact matching; with matching switched off (a benchmark baseline), everyone."""
+    if not settings.TREE_MATCHING:
+        return state.matcher.selected(None)
+    return state.matcher.match(event.sender_attributes, event.content, event.selector)
 
 
 def _audit_policy_refusals(state: LeafState, batch, matched) -> None:
@@ -135,11 +143,59 @@ def _matches(state: LeafState, receiver_id: int, event: RoutedEvent) -> bool:
 
 
 def _delivery(event: RoutedEvent, receiver_id: int) -> Delivery:
-    return Delivery(
+    delivery = Delivery(
         event_id=event.id,
         receiver_id=receiver_id,
         sender_id=event.sender_id,
         channel=event.channel,
         sequence=event.sequence,
         delivered_at=timezone.now(),
+    )
+    delivery._content = event.content  # pushed with the notification, not stored twice
+    return delivery
+
+
+INSERT_DELIVERIES = """
+INSERT INTO broker_delivery
+    (event_id, receiver_id, sender_id, channel, sequence, state, delivered_at)
+SELECT * FROM unnest(
+    %s::uuid[], %s::bigint[], %s::bigint[], %s::text[], %s::bigint[], %s::text[],
+    %s::timestamptz[]
+)
+ON CONFLICT (event_id, receiver_id) DO NOTHING
+RETURNING id, event_id, receiver_id
+"""
+
+
+def insert_deliveries(pending: list[Delivery]) -> list[Pushed]:
+    """Insert in one statement, skipping any already there; push the new ones once the
+    transaction commits. Returns what was inserted."""
+    if not pending:
+        return []
+    columns = [
+        [str(d.event_id) for d in pending],
+        [d.receiver_id for d in pending],
+        [d.sender_id for d in pending],
+        [d.channel for d in pending],
+        [d.sequence for d in pending],
+        [Delivery.State.DELIVERED] * len(pending),
+        [d.delivered_at for d in pending],
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(INSERT_DELIVERIES, columns)
+        inserted = {(str(event), receiver): row_id for row_id, event, receiver in cursor.fetchall()}
+    pushed = [_pushed(d, inserted) for d in pending if (str(d.event_id), d.receiver_id) in inserted]
+    transaction.on_commit(lambda: notify.push(pushed))
+    return pushed
+
+
+def _pushed(delivery: Delivery, inserted: dict) -> Pushed:
+    return Pushed(
+        delivery_id=inserted[(str(delivery.event_id), delivery.receiver_id)],
+        receiver_id=delivery.receiver_id,
+        event_id=str(delivery.event_id),
+        sender_id=delivery.sender_id,
+        channel=delivery.channel,
+        sequence=delivery.sequence,
+        content=delivery._content,
     )

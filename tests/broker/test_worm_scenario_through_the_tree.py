@@ -116,3 +116,35 @@ def test_the_trust_1_controllers_alert_is_refused_by_every_policy_and_audited(sc
 def _is_iis_24(server) -> bool:
     attributes = current_attributes(server)
     return attributes["software"] == "IIS" and attributes["version"].startswith("2.4.")
+
+
+def test_a_connected_receiver_is_pushed_its_delivery_through_the_channel_layer(scenario):
+    import asyncio
+
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    from broker.notify import client_group
+
+    layer = get_channel_layer()
+    server = next(s for s in scenario.servers if current_attributes(s)["region"] == "Northwest")
+
+    async def receive_push(publish):
+        channel = await layer.new_channel()
+        await layer.group_add(client_group(server.id), channel)
+        event = await publish()
+        return event, await asyncio.wait_for(layer.receive(channel), timeout=20)
+
+    from asgiref.sync import sync_to_async
+
+    publish = sync_to_async(
+        lambda: publish_event(
+            sender=scenario.controllers["northwest-controller"],
+            content=WORM_ALERT,
+            selector='region == "Northwest"',
+        )
+    )
+    alert, message = async_to_sync(receive_push)(publish)
+    assert message["type"] == "deliveries.push"
+    (item,) = message["items"]
+    assert (item["event"], item["sequence"], item["content"]) == (str(alert.pk), 1, WORM_ALERT)
