@@ -9,11 +9,11 @@ was not connected reads what it missed from there when it comes back.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 MESSAGE_TYPE = "deliveries.push"
@@ -53,7 +53,25 @@ def push(deliveries: Iterable[Pushed]) -> None:
     for delivery in deliveries:
         by_receiver.setdefault(delivery.receiver_id, []).append(delivery.as_message())
     if by_receiver:
-        async_to_sync(_send_all)(by_receiver)
+        future = asyncio.run_coroutine_threadsafe(_send_all(by_receiver), _push_loop())
+        future.result(timeout=PUSH_TIMEOUT_S)
+
+
+PUSH_TIMEOUT_S = 30
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _push_loop() -> asyncio.AbstractEventLoop:
+    """One long-lived event loop per process for pushes. The Redis channel layer keeps
+    a connection pool per loop: a fresh loop per call (async_to_sync from a worker)
+    would open new connections for every batch."""
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop.is_closed():
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="push-loop", daemon=True).start()
+        return _loop
 
 
 async def _send_all(by_receiver: dict[int, list[dict]]) -> None:

@@ -1,0 +1,378 @@
+"""The Selective Notification paper's ping-pong experiment, through the real tree.
+
+    python bench/pingpong.py                 # 50 pongers, 30 s per mode
+    python bench/pingpong.py --pongers 20 --duration 15
+
+One pinger and N pongers, all broadcast-like: the pinger publishes a ping, every
+ponger answers with a pong, and every client (pinger and pongers) receives every ping
+and pong. Pongers change an attribute every 10 s; events live 60 s. Round trip = ping
+published -> pong pushed to the pinger. The same run is repeated with matching
+switched off (blind relay to every client) as the baseline, measured in the same run.
+
+Real parts: PostgreSQL and Redis (private ones under var/bench unless DATABASE_URL /
+REDIS_URL are set), Celery worker processes for the tree, the Redis channel layer for
+the pushes. The driver (this process) publishes through the broker's services.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+PING_TIMEOUT_S = 2.0
+ATTRIBUTE_CHANGE_S = 10.0
+LIFETIME_S = 60
+POLICY = 'accept sender.team == "bench" and event.kind in ["ping", "pong"]'
+
+
+def provide_services(env: dict[str, str]) -> list:
+    """Private PostgreSQL and Redis for the benchmark unless URLs are given."""
+    from launcher.embedded import EmbeddedPostgres, EmbeddedRedis
+
+    started = []
+    if not env.get("DATABASE_URL"):
+        postgres = EmbeddedPostgres(ROOT / "var" / "bench" / "postgres")
+        postgres.start()
+        started.append(postgres)
+        env["DATABASE_URL"] = postgres.url("bench")
+    if not env.get("REDIS_URL"):
+        redis_server = EmbeddedRedis(ROOT / "var" / "bench" / "redis")
+        redis_server.start()
+        started.append(redis_server)
+        env["REDIS_URL"] = redis_server.url()
+    return started
+
+
+def fresh_database(env: dict[str, str]) -> None:
+    """Drop and create the benchmark's database, then migrate it."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+
+    parts = urlsplit(env["DATABASE_URL"])
+    name = parts.path.lstrip("/")
+    admin_url = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin_url, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        connection.execute(f'CREATE DATABASE "{name}"')
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    subprocess.run([*manage, "migrate", "-v", "0"], env=env, check=True)
+
+
+@dataclass
+class Cast:
+    pinger: object
+    pongers: list
+    authority: object
+    grants: dict = field(default_factory=dict)
+
+
+def create_cast(pongers: int) -> Cast:
+    """A pinger and pongers, their team attested by an authority, one shared policy."""
+    from broker.audit import Actor
+    from broker.services.authorities import attest_attributes, create_authority, grant_authority
+    from broker.services.clients import (
+        AttributeSpec,
+        create_client_model,
+        register_client,
+        state_attributes,
+    )
+    from broker.services.policies import set_policy
+
+    actor = Actor("system", "bench")
+    model = create_client_model(
+        name="bench-node",
+        attributes=[AttributeSpec("team", "string", False), AttributeSpec("load", "float")],
+        actor=actor,
+    )
+    authority, _ = create_authority(
+        name="bench-authority",
+        display_name="Bench",
+        capabilities=model.attributes.filter(name="team"),
+        actor=actor,
+    )
+    clients = []
+    for index in range(pongers + 1):
+        name = "pinger" if index == 0 else f"ponger-{index:03d}"
+        client, _ = register_client(
+            name=name, model=model, can_send=True, can_receive=True, actor=actor
+        )
+        grant = grant_authority(client=client, authority=authority, actor=actor)
+        attest_attributes(
+            authority=authority, client=client, grant_key=grant, values={"team": "bench"}
+        )
+        state_attributes(client=client, values={"load": 0.1}, actor=actor)
+        set_policy(client=client, text=POLICY, actor=actor)
+        clients.append(client)
+    return Cast(clients[0], clients[1:], authority)
+
+
+def start_workers(env: dict[str, str], count: int, matching: bool) -> list[subprocess.Popen]:
+    from django.conf import settings
+
+    from broker.models import Dispatcher
+
+    queues = ",".join(["celery"] + [d.queue for d in Dispatcher.objects.all()])
+    worker_env = {**env, "TREE_MATCHING": "true" if matching else "false"}
+    celery = str(Path(sys.executable).parent / "celery")
+    workers = [
+        subprocess.Popen(
+            [
+                celery,
+                "-A",
+                "console",
+                "worker",
+                "--loglevel",
+                "ERROR",
+                "--concurrency",
+                "1",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "--hostname",
+                f"bench{index}-{secrets.token_hex(3)}@%h",
+                "--queues",
+                queues,
+            ],
+            env=worker_env,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+        for index in range(count)
+    ]
+    del settings
+    return workers
+
+
+def wait_for_tree_idle(timeout_s: float = 120.0) -> None:
+    """Until the change tasks of the set-up have all run."""
+    import redis
+    from django.conf import settings
+
+    from broker.models import Dispatcher
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL.replace("redis+socket://", "unix://"))
+    queues = ["celery"] + [d.queue for d in Dispatcher.objects.all()]
+    deadline, quiet = time.monotonic() + timeout_s, 0
+    while time.monotonic() < deadline and quiet < 5:
+        pending = sum(client.llen(q) for q in queues) + client.hlen("unacked")
+        quiet = quiet + 1 if pending == 0 else 0
+        time.sleep(0.1)
+
+
+@dataclass
+class Results:
+    round_trips_ms: list[float] = field(default_factory=list)
+    published: int = 0
+    notifications: int = 0
+    lost_pongs: int = 0
+    seconds: float = 0.0
+
+
+class Experiment:
+    """Drives pinger and pongers over the channel layer for `duration` seconds."""
+
+    def __init__(self, cast: Cast, duration: float, threads: int) -> None:
+        self.cast = cast
+        self.duration = duration
+        self.pool = ThreadPoolExecutor(max_workers=threads)
+        self.results = Results()
+        self.pending_ping: dict[str, float] = {}
+        self.answered: asyncio.Event | None = None
+        self.pongs_seen = 0
+        self.in_flight: set[asyncio.Task] = set()
+
+    async def run(self) -> Results:
+        from channels.layers import get_channel_layer
+
+        self.layer = get_channel_layer()
+        self.answered = asyncio.Event()
+        readers = [
+            asyncio.create_task(self._reader(c)) for c in [self.cast.pinger, *self.cast.pongers]
+        ]
+        changer = asyncio.create_task(self._change_attributes())
+        await asyncio.sleep(0.5)  # let every reader join its group
+        started = time.monotonic()
+        while time.monotonic() - started < self.duration:
+            await self._one_round()
+        self.results.seconds = time.monotonic() - started
+        for task in [*readers, changer]:
+            task.cancel()
+        return self.results
+
+    async def _one_round(self) -> None:
+        ping_id = secrets.token_hex(6)
+        self.answered.clear()
+        self.pongs_seen = 0
+        self.pending_ping = {ping_id: time.monotonic()}
+        await self._publish(self.cast.pinger, {"kind": "ping", "ping": ping_id})
+        try:
+            await asyncio.wait_for(self.answered.wait(), timeout=PING_TIMEOUT_S)
+        except TimeoutError:
+            self.results.lost_pongs += len(self.cast.pongers) - self.pongs_seen
+
+    async def _reader(self, client) -> None:
+        from broker.notify import client_group
+
+        channel = await self.layer.new_channel()
+        await self.layer.group_add(client_group(client.id), channel)
+        is_pinger = client.id == self.cast.pinger.id
+        while True:
+            message = await self.layer.receive(channel)
+            for item in message["items"]:
+                self.results.notifications += 1
+                await self._handle(client, is_pinger, item["content"])
+
+    async def _handle(self, client, is_pinger: bool, content: dict) -> None:
+        if content["kind"] == "ping" and not is_pinger:
+            pong = {"kind": "pong", "ping": content["ping"]}
+            # Keep a reference: the loop holds tasks only weakly.
+            task = asyncio.create_task(self._publish(client, pong))
+            self.in_flight.add(task)
+            task.add_done_callback(self.in_flight.discard)
+        elif content["kind"] == "pong" and is_pinger and content["ping"] in self.pending_ping:
+            sent = self.pending_ping[content["ping"]]
+            self.results.round_trips_ms.append((time.monotonic() - sent) * 1000)
+            self.pongs_seen += 1
+            if self.pongs_seen == len(self.cast.pongers):
+                self.answered.set()
+
+    async def _publish(self, client, content: dict) -> None:
+        from broker.services.events import publish_event
+
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(
+            self.pool,
+            lambda: publish_event(sender=client, content=content, lifetime_s=LIFETIME_S),
+        )
+        self.results.published += 1
+
+    async def _change_attributes(self) -> None:
+        from broker.audit import Actor
+        from broker.services.clients import state_attributes
+
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(ATTRIBUTE_CHANGE_S)
+            for index, ponger in enumerate(self.cast.pongers):
+                load = round((time.monotonic() * 7 + index) % 100 / 100, 2)
+                await loop.run_in_executor(
+                    self.pool,
+                    lambda p=ponger, v=load: state_attributes(
+                        client=p, values={"load": v}, actor=Actor("client", p.name)
+                    ),
+                )
+
+
+def run_mode(env: dict[str, str], args, matching: bool) -> Results:
+    fresh_database(env)
+    import django
+    from django.db import connections
+
+    connections.close_all()
+    django.setup()
+    from broker.audit import SYSTEM
+    from broker.services.tree import build_tree
+
+    build_tree(depth=args.depth, branching=args.branching, actor=SYSTEM)
+    cast = create_cast(args.pongers)
+    workers = start_workers(env, args.workers, matching)
+    try:
+        wait_for_tree_idle()
+        results = asyncio.run(Experiment(cast, args.duration, args.threads).run())
+    finally:
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.wait(timeout=30)
+    connections.close_all()
+    return results
+
+
+def describe(label: str, results: Results) -> dict:
+    trips = sorted(results.round_trips_ms) or [float("nan")]
+    figures = {
+        "median_ms": statistics.median(trips),
+        "p99_ms": trips[min(len(trips) - 1, int(len(trips) * 0.99))],
+        "mean_ms": statistics.fmean(trips),
+        "stdev_ms": statistics.pstdev(trips) if len(trips) > 1 else 0.0,
+        "events_s": results.published / results.seconds,
+        "notifications_s": results.notifications / results.seconds,
+    }
+    f = figures
+    print(
+        f"{label:>22}: round trip median {f['median_ms']:7.1f} ms  p99 {f['p99_ms']:7.1f} ms"
+        f"  (mean {f['mean_ms']:.1f}, s.d. {f['stdev_ms']:.1f})"
+        f" | {f['events_s']:6.0f} events/s | {f['notifications_s']:7.0f} notifications/s"
+        f" | {len(results.round_trips_ms)} pongs timed, {results.lost_pongs} late",
+        flush=True,
+    )
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pongers", type=int, default=50)
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds per mode")
+    parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+    parser.add_argument("--threads", type=int, default=8, help="publishing threads")
+    parser.add_argument("--depth", type=int, default=2)
+    parser.add_argument("--branching", type=int, default=2)
+    parser.add_argument("--single", choices=["matching", "relay"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.single:
+        run_single(args)
+        return
+
+    env = dict(os.environ)
+    env.setdefault("SECRET_KEY", secrets.token_urlsafe(40))
+    env.setdefault("LOG_LEVEL", "WARNING")
+    started = provide_services(env)
+    try:
+        print(
+            f"ping-pong: 1 pinger, {args.pongers} pongers, {args.duration:g} s per mode, "
+            f"tree depth {args.depth} x {args.branching}, {args.workers} worker processes",
+            flush=True,
+        )
+        on = describe("matching", run_in_child(env, "matching"))
+        off = describe("blind relay (baseline)", run_in_child(env, "relay"))
+        rtt_ratio = on["median_ms"] / off["median_ms"]
+        rate_ratio = on["notifications_s"] / off["notifications_s"]
+        print(
+            f"{'matching / baseline':>22}: round trip median x{rtt_ratio:.2f},"
+            f" notifications/s x{rate_ratio:.2f}"
+        )
+    finally:
+        for server in reversed(started):
+            server.stop()
+
+
+def run_in_child(env: dict[str, str], mode: str) -> Results:
+    """Each mode runs in a process of its own: nothing carries over between them."""
+    argv = [sys.executable, __file__, "--single", mode, *sys.argv[1:]]
+    done = subprocess.run(argv, env=env, check=True, stdout=subprocess.PIPE, text=True)
+    return Results(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def run_single(args) -> None:
+    env = dict(os.environ)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    results = run_mode(env, args, matching=args.single == "matching")
+    print(json.dumps(results.__dict__), flush=True)
+
+
+if __name__ == "__main__":
+    main()
