@@ -53,6 +53,10 @@ def provide_services(env: dict[str, str]) -> list:
         redis_server.start()
         started.append(redis_server)
         env["REDIS_URL"] = redis_server.url()
+        import redis
+
+        # Our own private server: leftovers of an earlier run must not be measured.
+        redis.Redis.from_url(env["REDIS_URL"]).flushdb()
     return started
 
 
@@ -137,6 +141,8 @@ def start_workers(env: dict[str, str], count: int, matching: bool) -> list[subpr
                 "worker",
                 "--loglevel",
                 "ERROR",
+                "--pool",
+                os.environ.get("BENCH_POOL", "solo"),
                 "--concurrency",
                 "1",
                 "--without-gossip",
@@ -162,13 +168,14 @@ def wait_for_tree_idle(timeout_s: float = 120.0) -> None:
     import redis
     from django.conf import settings
 
-    from broker.models import Dispatcher
+    from broker.models import Dispatcher, HopInbox
 
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL.replace("redis+socket://", "unix://"))
     queues = ["celery"] + [d.queue for d in Dispatcher.objects.all()]
     deadline, quiet = time.monotonic() + timeout_s, 0
     while time.monotonic() < deadline and quiet < 5:
         pending = sum(client.llen(q) for q in queues) + client.hlen("unacked")
+        pending += HopInbox.objects.count()
         quiet = quiet + 1 if pending == 0 else 0
         time.sleep(0.1)
 
@@ -176,6 +183,7 @@ def wait_for_tree_idle(timeout_s: float = 120.0) -> None:
 @dataclass
 class Results:
     round_trips_ms: list[float] = field(default_factory=list)
+    publish_ms: list[float] = field(default_factory=list)
     published: int = 0
     notifications: int = 0
     lost_pongs: int = 0
@@ -254,10 +262,12 @@ class Experiment:
         from broker.services.events import publish_event
 
         loop = asyncio.get_running_loop()
+        started = time.monotonic()
         await loop.run_in_executor(
             self.pool,
             lambda: publish_event(sender=client, content=content, lifetime_s=LIFETIME_S),
         )
+        self.results.publish_ms.append((time.monotonic() - started) * 1000)
         self.results.published += 1
 
     async def _change_attributes(self) -> None:
@@ -317,7 +327,8 @@ def describe(label: str, results: Results) -> dict:
         f"{label:>22}: round trip median {f['median_ms']:7.1f} ms  p99 {f['p99_ms']:7.1f} ms"
         f"  (mean {f['mean_ms']:.1f}, s.d. {f['stdev_ms']:.1f})"
         f" | {f['events_s']:6.0f} events/s | {f['notifications_s']:7.0f} notifications/s"
-        f" | {len(results.round_trips_ms)} pongs timed, {results.lost_pongs} late",
+        f" | {len(results.round_trips_ms)} pongs timed, {results.lost_pongs} late"
+        f" | publishing took {statistics.median(results.publish_ms or [0]):.1f} ms (median)",
         flush=True,
     )
     return figures

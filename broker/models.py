@@ -347,3 +347,27 @@ class DispatcherSummary(models.Model):
 
     def __str__(self) -> str:
         return f"summary of {self.dispatcher_id} v{self.version}"
+
+
+class HopInbox(models.Model):
+    """Events waiting to be processed at a dispatcher: the durable form of a hop.
+
+    A hop is written in the same transaction as the work that caused it (publishing, or
+    the previous hop), and deleted in the same transaction as the work it causes, so a
+    crash at any point loses nothing and does nothing twice. Celery tasks only wake a
+    dispatcher up; the dispatcher then takes its whole inbox in batches.
+    """
+
+    dispatcher = models.ForeignKey(Dispatcher, on_delete=models.CASCADE, related_name="inbox")
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="+")
+    direction = models.CharField(max_length=8, choices=TrafficRecord.Direction.choices)
+    came_from = models.ForeignKey(
+        Dispatcher, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    enqueued_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["dispatcher", "id"])]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} waiting at {self.dispatcher_id} ({self.direction})"

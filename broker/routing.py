@@ -6,29 +6,28 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from broker.dispatch.routing import UP, RouteHop
-from broker.models import Event
+from broker import wakeups
+from broker.dispatch.routing import UP, RouteHop, post_hops
+from broker.models import Client, Event, HopInbox
 
-STALLED_AFTER = timedelta(seconds=30)
+STALLED_AFTER = timedelta(seconds=10)
 
 
-def enqueue_event(event_id) -> None:
-    """Start routing a committed event at its sender's leaf."""
-    from broker.tasks import enqueue_hops
+def route_published(event: Event) -> None:
+    """Put a new event in its sender's leaf's inbox, in the publishing transaction; the
+    leaf is woken once it commits."""
+    leaf_id = Client.objects.values_list("dispatcher_id", flat=True).get(pk=event.sender_id)
+    post_hops([RouteHop(leaf_id, [str(event.pk)], UP)])
 
-    event = (
-        Event.objects.select_related("sender").only("id", "sender__dispatcher_id").get(pk=event_id)
+
+def wake_stalled_dispatchers(*, older_than: timedelta = STALLED_AFTER) -> int:
+    """Wake dispatchers whose inbox holds hops older than `older_than`, whatever
+    happened to their wake-ups; return how many were woken. (Client changes whose
+    wake-up was lost are applied by the periodic summary recomputation.)"""
+    cutoff = timezone.now() - older_than
+    stalled = set(
+        HopInbox.objects.filter(enqueued_at__lt=cutoff).values_list("dispatcher_id", flat=True)
     )
-    enqueue_hops([RouteHop(event.sender.dispatcher_id, [str(event.pk)], UP)])
-
-
-def reroute_stalled_events(*, older_than: timedelta = STALLED_AFTER) -> int:
-    """Route again live events that never reached the root (a lost enqueue, say).
-    Deliveries are idempotent, so routing an event twice delivers it once."""
-    now = timezone.now()
-    stalled = Event.objects.filter(
-        routed_at__isnull=True, published_at__lt=now - older_than, expires_at__gt=now
-    ).values_list("pk", flat=True)[:1000]
-    for event_id in stalled:
-        enqueue_event(event_id)
+    for dispatcher_id in stalled:
+        wakeups.wake(wakeups.INBOX, dispatcher_id)
     return len(stalled)

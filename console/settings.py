@@ -174,7 +174,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "broker.recompute_summaries",
         "schedule": float(SUMMARY_INTERVAL_S),
     },
-    "sweep-unrouted": {"task": "broker.sweep_unrouted", "schedule": 15.0},
+    "sweep": {"task": "broker.sweep", "schedule": 5.0},
 }
 
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")

@@ -15,12 +15,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from broker import audit
+from broker import audit, wakeups
 from broker.dispatch import state as dispatch_state
 from broker.dispatch.delivery import deliver_late, deliver_routed, lock_leaf
 from broker.dispatch.events import RoutedEvent, live_events
 from broker.dispatch.summary import Summary
-from broker.models import DispatcherSummary, Event, TrafficRecord
+from broker.models import DispatcherSummary, Event, HopInbox, TrafficRecord
 
 UP = TrafficRecord.Direction.UP
 DOWN = TrafficRecord.Direction.DOWN
@@ -45,8 +45,76 @@ class SummaryHop:
     version: int
 
 
+INBOX_BATCH = 500
+
+
+def drain_inbox(dispatcher_id: int) -> int:
+    """Process the dispatcher's waiting hops in batches until none is left; return how
+    many were processed. Each batch is one transaction: its deliveries, the hops it
+    forwards, its traffic records and the removal of its inbox rows stand or fall
+    together."""
+    processed = 0
+    while True:
+        with transaction.atomic():
+            rows = list(
+                HopInbox.objects.select_for_update(skip_locked=True)
+                .filter(dispatcher_id=dispatcher_id)
+                .order_by("id")
+                .values_list("id", "event_id", "direction", "came_from_id")[:INBOX_BATCH]
+            )
+            if not rows:
+                return processed
+            hops = []
+            for (direction, came_from), event_ids in _grouped(rows).items():
+                hops += route(dispatcher_id, event_ids, direction=direction, came_from=came_from)
+            HopInbox.objects.filter(id__in=[row[0] for row in rows]).delete()
+            post_hops(hops)
+        processed += len(rows)
+
+
+def _grouped(rows) -> dict[tuple[str, int | None], list[str]]:
+    groups: dict[tuple[str, int | None], list[str]] = {}
+    for _, event_id, direction, came_from in rows:
+        groups.setdefault((direction, came_from), []).append(str(event_id))
+    return groups
+
+
+def post_hops(hops: list[RouteHop | SummaryHop]) -> None:
+    """Write route hops into the next dispatchers' inboxes (in the caller's transaction)
+    and wake them, and ask for summary refreshes, once it commits."""
+    route_hops = [hop for hop in hops if isinstance(hop, RouteHop)]
+    HopInbox.objects.bulk_create(
+        HopInbox(
+            dispatcher_id=hop.dispatcher_id,
+            event_id=event_id,
+            direction=hop.direction,
+            came_from_id=hop.came_from,
+        )
+        for hop in route_hops
+        for event_id in hop.event_ids
+    )
+    woken = {hop.dispatcher_id for hop in route_hops}
+    summary_hops = [hop for hop in hops if isinstance(hop, SummaryHop)]
+    transaction.on_commit(lambda: _after_commit(woken, summary_hops))
+
+
+def _after_commit(woken: set[int], summary_hops: list[SummaryHop]) -> None:
+    from broker.tasks import refresh_summary
+
+    for dispatcher_id in woken:
+        wakeups.wake(wakeups.INBOX, dispatcher_id)
+    queues = dispatch_state.topology().queues
+    for hop in summary_hops:
+        refresh_summary.apply_async(
+            args=[hop.dispatcher_id, hop.child_id, hop.version],
+            queue=queues.get(hop.dispatcher_id)
+            or dispatch_state.topology(hop.dispatcher_id).queues[hop.dispatcher_id],
+        )
+
+
 def route(dispatcher_id: int, event_ids: list[str], *, direction: str, came_from: int | None):
-    """Process events at a dispatcher; return the follow-up hops to enqueue."""
+    """Process events at a dispatcher (inside the caller's transaction); return the
+    follow-up hops."""
     tree = dispatch_state.topology(dispatcher_id)
     events = live_events(event_ids)
     hops, delivered = [], {}
@@ -56,14 +124,13 @@ def route(dispatcher_id: int, event_ids: list[str], *, direction: str, came_from
     forwarded = _forward_down(dispatcher_id, children, events)
     hops.extend(RouteHop(child, ids, DOWN) for child, ids in forwarded.items())
     parent = tree.parent[dispatcher_id]
-    if direction == UP and parent is not None:
+    if direction == UP and parent is not None and events:
         hops.append(RouteHop(parent, [e.id for e in events], UP, dispatcher_id))
-    with transaction.atomic():
-        _record_traffic(dispatcher_id, events, direction, forwarded, delivered)
-        if direction == UP and parent is None:
-            Event.objects.filter(id__in=event_ids, routed_at__isnull=True).update(
-                routed_at=timezone.now()
-            )
+    _record_traffic(dispatcher_id, events, direction, forwarded, delivered)
+    if direction == UP and parent is None:
+        Event.objects.filter(id__in=event_ids, routed_at__isnull=True).update(
+            routed_at=timezone.now()
+        )
     return hops
 
 
@@ -189,7 +256,7 @@ def _store_if_grown(dispatcher_id: int, compute: Callable[[], Summary]) -> list[
     """Save the computed summary unless the stored one already covers it (covering
     stops propagation); if saved, the parent must hear of it."""
     with transaction.atomic():
-        stored = DispatcherSummary.objects.select_for_update().filter(pk=dispatcher_id).first()
+        stored = _locked_summary_row(dispatcher_id)
         fresh = compute()
         if stored is not None and Summary.from_json(stored.data).covers(fresh):
             return []
@@ -198,11 +265,22 @@ def _store_if_grown(dispatcher_id: int, compute: Callable[[], Summary]) -> list[
     return [] if parent is None else [SummaryHop(parent, dispatcher_id, version)]
 
 
+def _locked_summary_row(dispatcher_id: int) -> DispatcherSummary | None:
+    """The dispatcher's summary row, locked; None if it was never stored. The row is
+    created empty first if missing, so that two first stores serialise on its lock
+    instead of colliding."""
+    DispatcherSummary.objects.get_or_create(
+        dispatcher_id=dispatcher_id, defaults={"version": 0, "data": Summary().to_json()}
+    )
+    stored = DispatcherSummary.objects.select_for_update().get(pk=dispatcher_id)
+    return stored if stored.version > 0 else None
+
+
 def _save_summary(dispatcher_id: int, summary: Summary, stored: DispatcherSummary | None) -> int:
     """Store a new version, keeping the one it replaces; return the new version."""
     if stored is None:
-        DispatcherSummary.objects.create(
-            dispatcher_id=dispatcher_id, version=1, data=summary.to_json()
+        DispatcherSummary.objects.filter(pk=dispatcher_id).update(
+            version=1, data=summary.to_json(), previous_data=None
         )
         return 1
     stored.previous_data = stored.data
@@ -243,7 +321,7 @@ def _recompute_inner(dispatcher_id: int, children: list[int]) -> list[SummaryHop
 
 def _replace_summary(dispatcher_id: int, compute: Callable[[], Summary]) -> list[SummaryHop]:
     with transaction.atomic():
-        stored = DispatcherSummary.objects.select_for_update().filter(pk=dispatcher_id).first()
+        stored = _locked_summary_row(dispatcher_id)
         summary = compute()
         if stored is not None and stored.data == summary.to_json():
             return []

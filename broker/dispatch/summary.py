@@ -23,12 +23,19 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _key(value: Any) -> tuple:
+    """A set key that keeps True apart from 1 and False from 0 (Python deems them
+    equal; the policy language does not)."""
+    return (type(value) is bool, value)
+
+
 @dataclass
 class AttributeSummary:
     """The values one attribute takes among a subtree's receivers."""
 
     present: int = 0
-    values: set | None = field(default_factory=set)  # None: too many to list
+    # Distinct values by _key; None when there were too many to list.
+    values: dict[tuple, Any] | None = field(default_factory=dict)
     low: float | None = None
     high: float | None = None
 
@@ -38,7 +45,7 @@ class AttributeSummary:
             self.low = value if self.low is None else min(self.low, value)
             self.high = value if self.high is None else max(self.high, value)
         if self.values is not None:
-            self.values.add(value)
+            self.values[_key(value)] = value
             if len(self.values) > MAX_DISTINCT_VALUES:
                 self.values = None
 
@@ -51,7 +58,7 @@ class AttributeSummary:
         if self.values is None or other.values is None:
             self.values = None
         else:
-            self.values |= other.values
+            self.values.update(other.values)
             if len(self.values) > MAX_DISTINCT_VALUES:
                 self.values = None
 
@@ -60,7 +67,7 @@ class AttributeSummary:
         if self.present == 0:
             return False
         if self.values is not None:
-            return any(constraint.holds_on(value) for value in self.values)
+            return any(constraint.holds_on(value) for value in self.values.values())
         if constraint.negated or constraint.op not in RANGE_OPS or self.low is None:
             return True  # unknown text values: cannot rule anything out
         if not _is_number(constraint.value):
@@ -78,7 +85,7 @@ class AttributeSummary:
             return False
         if self.values is None:
             return True
-        return other.values is not None and other.values <= self.values
+        return other.values is not None and other.values.keys() <= self.values.keys()
 
 
 def _range_may_hold(op: str, literal: float, low: float, high: float) -> bool:
@@ -202,7 +209,7 @@ def _coagulated(filters: set[Filter]) -> list[Filter]:
 
 
 def _attribute_json(attribute: AttributeSummary) -> dict:
-    values = None if attribute.values is None else sorted(attribute.values, key=repr)
+    values = None if attribute.values is None else sorted(attribute.values.values(), key=repr)
     return {
         "present": attribute.present,
         "values": values,
@@ -212,5 +219,5 @@ def _attribute_json(attribute: AttributeSummary) -> dict:
 
 
 def _attribute_from_json(data: Mapping[str, Any]) -> AttributeSummary:
-    values = None if data["values"] is None else set(data["values"])
+    values = None if data["values"] is None else {_key(v): v for v in data["values"]}
     return AttributeSummary(data["present"], values, data["low"], data["high"])

@@ -14,6 +14,7 @@ from broker import audit
 from broker.audit import Actor
 from broker.errors import BrokerError, InvalidInput, NotAuthorised, PolicyRejected
 from broker.models import ChannelCursor, Client, Event
+from broker.routing import route_published
 from broker.selectors import attested_attributes
 from policies import PolicySyntaxError, parse_selector
 
@@ -54,7 +55,9 @@ def publish_event(
         raise
     with transaction.atomic():
         event = _create_event(sender, dict(content), selector.strip(), lifetime_s, channel)
-        transaction.on_commit(lambda: _enqueue_routing(event.pk))
+        # The first hop is written with the event: an accepted event is never left
+        # without its routing.
+        route_published(event)
     return event
 
 
@@ -130,9 +133,3 @@ def _create_event(
         published_at=now,
         expires_at=now + timedelta(seconds=lifetime_s),
     )
-
-
-def _enqueue_routing(event_id) -> None:
-    from broker.routing import enqueue_event
-
-    enqueue_event(event_id)

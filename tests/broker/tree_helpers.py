@@ -7,6 +7,7 @@ import time
 import redis
 from django.conf import settings
 
+from broker.models import HopInbox
 from broker.queues import dispatcher_queues
 
 IDLE_CHECKS = 3
@@ -32,7 +33,8 @@ def wait_until_idle(timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     quiet = 0
     while time.monotonic() < deadline:
-        quiet = quiet + 1 if pending_messages(client) == 0 else 0
+        idle = pending_messages(client) == 0 and not HopInbox.objects.exists()
+        quiet = quiet + 1 if idle else 0
         if quiet >= IDLE_CHECKS:
             return
         time.sleep(POLL_S)
