@@ -8,10 +8,13 @@ transaction is rolled back because of it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.utils import timezone
 
+from broker.errors import BrokerError
 from broker.models import AuditEntry
 
 REFUSALS_DATABASE = "audit"
@@ -43,6 +46,25 @@ def record_change(
         outcome=AuditEntry.Outcome.DONE,
         details=details or {},
     )
+
+
+@contextmanager
+def refusals_recorded(
+    *, actor: Actor, action: str, target: str, details: dict | None = None
+) -> Iterator[None]:
+    """Check inputs inside this block: a BrokerError raised there is audited as a
+    refusal (with the offending field) and raised again."""
+    try:
+        yield
+    except BrokerError as error:
+        record_refusal(
+            actor=actor,
+            action=action,
+            target=target,
+            reason=error.message,
+            details={**(details or {}), "field": error.field},
+        )
+        raise
 
 
 def record_refusal(

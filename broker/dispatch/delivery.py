@@ -36,13 +36,17 @@ def deliver_routed(state: LeafState, events: list[RoutedEvent]) -> dict[str, int
     """Deliver `events` to the leaf's matching receivers; return deliveries per event."""
     counts: dict[str, int] = defaultdict(int)
     pending: list[Delivery] = []
-    for stream, group in groupby(sorted(events, key=_order), key=lambda e: e.stream):
-        batch = list(group)
-        matched = {e.id: _receivers_of(state, e) for e in batch}
-        if settings.TREE_MATCHING:
-            _audit_policy_refusals(state, batch, matched)
-        receivers = set().union(*matched.values())
-        plans = _plan_stream(state, stream, batch, matched, receivers)
+    matched = {e.id: _receivers_of(state, e) for e in events}
+    if settings.TREE_MATCHING:
+        _audit_policy_refusals(state, events, matched)
+    streams = [
+        (stream, list(group))
+        for stream, group in groupby(sorted(events, key=_order), key=lambda e: e.stream)
+    ]
+    receivers = set().union(*matched.values())
+    positions = _positions(receivers, [stream for stream, _ in streams])
+    for stream, batch in streams:
+        plans = _plan_stream(state, stream, batch, matched, positions)
         for receiver_id, planned in plans.items():
             for event in planned:
                 counts[event.id] += 1
@@ -57,11 +61,12 @@ def deliver_late(state: LeafState, receiver_ids: set[int]) -> int:
     if not receivers:
         return 0
     pending: list[Delivery] = []
-    for stream, group in groupby(live_events(), key=lambda e: e.stream):
-        batch = list(group)
-        positions = _positions(receivers, stream)
+    streams = [(s, list(g)) for s, g in groupby(live_events(), key=lambda e: e.stream)]
+    positions = _positions(receivers, [stream for stream, _ in streams])
+    for stream, batch in streams:
         for receiver_id in receivers:
-            newer = [e for e in batch if e.sequence > positions.get(receiver_id, 0)]
+            position = positions.get((receiver_id, *stream), 0)
+            newer = [e for e in batch if e.sequence > position]
             pending.extend(
                 _delivery(e, receiver_id) for e in newer if _matches(state, receiver_id, e)
             )
@@ -93,12 +98,11 @@ def _order(event: RoutedEvent) -> tuple:
     return (event.sender_id, event.channel, event.sequence)
 
 
-def _plan_stream(state, stream, batch, matched, receivers) -> dict[int, list[RoutedEvent]]:
-    positions = _positions(receivers, stream)
+def _plan_stream(state, stream, batch, matched, positions) -> dict[int, list[RoutedEvent]]:
     plans = {}
     gaps: list[RoutedEvent] | None = None
-    for receiver_id in receivers:
-        position = positions.get(receiver_id, 0)
+    for receiver_id in set().union(*(matched[e.id] for e in batch)):
+        position = positions.get((receiver_id, *stream), 0)
         due = [e for e in batch if receiver_id in matched[e.id] and e.sequence > position]
         if not due:
             continue
@@ -121,18 +125,22 @@ def _stream_events(stream: tuple[int, str], batch: list[RoutedEvent]) -> list[Ro
     return [e for e in found if e.id not in in_batch]
 
 
-def _positions(receivers, stream: tuple[int, str]) -> dict[int, int]:
-    """The highest sequence of the stream each receiver already holds."""
-    sender_id, channel = stream
+def _positions(receivers, streams: list[tuple[int, str]]) -> dict[tuple[int, int, str], int]:
+    """{(receiver, sender, channel): highest sequence held} for these receivers and
+    streams, in one query (it may return a few other streams too; they are ignored)."""
+    if not receivers or not streams:
+        return {}
     rows = (
         Delivery.objects.filter(
-            receiver_id__in=list(receivers), sender_id=sender_id, channel=channel
+            receiver_id__in=list(receivers),
+            sender_id__in={sender for sender, _ in streams},
+            channel__in={channel for _, channel in streams},
         )
-        .values("receiver_id")
+        .values("receiver_id", "sender_id", "channel")
         .annotate(position=Max("sequence"))
-        .values_list("receiver_id", "position")
+        .values_list("receiver_id", "sender_id", "channel", "position")
     )
-    return dict(rows)
+    return {(receiver, sender, channel): position for receiver, sender, channel, position in rows}
 
 
 def _matches(state: LeafState, receiver_id: int, event: RoutedEvent) -> bool:

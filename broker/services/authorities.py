@@ -104,20 +104,16 @@ def attest_attributes(
     attribute; anything else is refused and audited.
     """
     actor = Actor("authority", authority.name)
-    try:
+    with audit.refusals_recorded(
+        actor=actor,
+        action="attributes.attest",
+        target=f"client:{client.name}",
+        details={"attempted": _printable(values)},
+    ):
         _check_grant(authority, client, grant_key)
         checked = check_values(declared_types(client), values)
         _check_capabilities(authority, client, checked)
         _check_expiry(expires_at)
-    except (InvalidInput, NotAuthorised) as error:
-        audit.record_refusal(
-            actor=actor,
-            action="attributes.attest",
-            target=f"client:{client.name}",
-            reason=error.message,
-            details={"attempted": _printable(values)},
-        )
-        raise
     with transaction.atomic():
         _write_values(
             client,

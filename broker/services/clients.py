@@ -137,18 +137,14 @@ def state_attributes(*, client: Client, values: Mapping[str, Any], actor: Actor)
     Attributes its model reserves for authorities are refused, with an audit entry,
     and then none of the other values is applied either.
     """
-    try:
+    with audit.refusals_recorded(
+        actor=actor,
+        action="attributes.state",
+        target=f"client:{client.name}",
+        details={"attempted": _printable(values)},
+    ):
         checked = check_values(declared_types(client), values)
         _refuse_reserved(client, checked)
-    except (InvalidInput, NotAuthorised) as error:
-        audit.record_refusal(
-            actor=actor,
-            action="attributes.state",
-            target=f"client:{client.name}",
-            reason=error.message,
-            details={"attempted": _printable(values)},
-        )
-        raise
     with transaction.atomic():
         _write_values(client, checked, source=AttributeValue.Source.CLIENT)
         audit.record_change(

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from broker import audit
 from broker.audit import Actor
-from broker.errors import BrokerError, InvalidInput, NotAuthorised, PolicyRejected
+from broker.errors import InvalidInput, NotAuthorised, PolicyRejected
 from broker.models import ChannelCursor, Client, Event
 from broker.routing import route_published
 from broker.selectors import attested_attributes
@@ -42,17 +42,13 @@ def publish_event(
     stored with the event; nothing in `content` can change them.
     """
     actor = actor or Actor("client", sender.name)
-    try:
+    with audit.refusals_recorded(
+        actor=actor,
+        action="event.publish",
+        target=f"client:{sender.name}",
+        details={"channel": str(channel)[:128]},
+    ):
         _check_publish(sender, content, selector, lifetime_s, channel)
-    except BrokerError as error:
-        audit.record_refusal(
-            actor=actor,
-            action="event.publish",
-            target=f"client:{sender.name}",
-            reason=error.message,
-            details={"field": error.field, "channel": str(channel)[:128]},
-        )
-        raise
     with transaction.atomic():
         event = _create_event(sender, dict(content), selector.strip(), lifetime_s, channel)
         # The first hop is written with the event: an accepted event is never left

@@ -16,19 +16,15 @@ MAX_POLICY_LENGTH = 20_000
 
 def set_policy(*, client: Client, text: str, actor: Actor) -> PolicyVersion:
     """Parse and store a new version of the client's policy; refuse it whole if invalid."""
-    try:
+    with audit.refusals_recorded(
+        actor=actor,
+        action="policy.set",
+        target=f"client:{client.name}",
+        details={"text": text[:MAX_POLICY_LENGTH]},
+    ):
         if not client.can_receive:
             raise NotAuthorised(f"{client.name} is not a receiver", field="policy")
         canonical = _canonical(text)
-    except (PolicyRejected, NotAuthorised) as error:
-        audit.record_refusal(
-            actor=actor,
-            action="policy.set",
-            target=f"client:{client.name}",
-            reason=error.message,
-            details={"text": text[:MAX_POLICY_LENGTH]},
-        )
-        raise
     with transaction.atomic():
         # Lock the client row: two concurrent updates must not take the same number.
         Client.objects.select_for_update().filter(pk=client.pk).first()
