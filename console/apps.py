@@ -6,3 +6,6 @@ class ConsoleConfig(AppConfig):
 
     name = "console"
     verbose_name = "Operations console"
+
+    def ready(self) -> None:
+        from console import signals  # noqa: F401 - connects the audit receivers

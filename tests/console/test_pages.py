@@ -6,7 +6,7 @@ from django.urls import reverse
 
 from tests.cast import OPERATOR
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 
 
 def test_pages_redirect_anonymous_visitors_to_the_login_page(client):
@@ -61,3 +61,15 @@ def test_ensure_admin_creates_one_administrator_and_prints_its_password_once(cap
     password = first.split("password: ")[1].split()[0]
     assert admin.is_superuser and admin.check_password(password)
     assert "already exists" in second and password not in second
+
+
+def test_logins_logouts_and_failed_logins_are_audited(client, operator):
+    from broker.models import AuditEntry
+
+    client.post(reverse("login"), {"username": OPERATOR.username, "password": "wrong"})
+    client.post(reverse("login"), {"username": OPERATOR.username, "password": OPERATOR.password})
+    client.post(reverse("logout"))
+    refused = AuditEntry.objects.using("audit").get(action="console.login", outcome="refused")
+    done = AuditEntry.objects.filter(actor="user:olivia", outcome="done")
+    assert refused.actor == "user:olivia"
+    assert sorted(done.values_list("action", flat=True)) == ["console.login", "console.logout"]

@@ -1,0 +1,35 @@
+"""Operators' logins and logouts go to the audit log (the receivers only record)."""
+
+from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
+from django.dispatch import receiver
+
+from broker import audit
+
+
+def _operator(username: str) -> audit.Actor:
+    return audit.Actor("user", username or "anonymous")
+
+
+@receiver(user_logged_in)
+def audit_login(sender, request, user, **kwargs) -> None:
+    audit.record_change(
+        actor=_operator(user.get_username()), action="console.login", target="console"
+    )
+
+
+@receiver(user_logged_out)
+def audit_logout(sender, request, user, **kwargs) -> None:
+    if user is not None:
+        audit.record_change(
+            actor=_operator(user.get_username()), action="console.logout", target="console"
+        )
+
+
+@receiver(user_login_failed)
+def audit_failed_login(sender, credentials, request=None, **kwargs) -> None:
+    audit.record_refusal(
+        actor=_operator(credentials.get("username", "")),
+        action="console.login",
+        target="console",
+        reason="wrong username or password",
+    )
