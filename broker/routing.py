@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from broker import wakeups
 from broker.dispatch.routing import UP, RouteHop, post_hops
-from broker.models import Client, Event, HopInbox
+from broker.models import Event, HopInbox
 
 STALLED_AFTER = timedelta(seconds=10)
 
@@ -16,8 +16,7 @@ STALLED_AFTER = timedelta(seconds=10)
 def route_published(event: Event) -> None:
     """Put a new event in its sender's leaf's inbox, in the publishing transaction; the
     leaf is woken once it commits."""
-    leaf_id = Client.objects.values_list("dispatcher_id", flat=True).get(pk=event.sender_id)
-    post_hops([RouteHop(leaf_id, [str(event.pk)], UP)])
+    post_hops([RouteHop(event.sender.dispatcher_id, [str(event.pk)], UP)])
 
 
 def wake_stalled_dispatchers(*, older_than: timedelta = STALLED_AFTER) -> int:

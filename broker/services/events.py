@@ -7,16 +7,17 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from broker import audit
 from broker.audit import Actor
+from broker.dispatch.events import parsed_selector
 from broker.errors import InvalidInput, NotAuthorised, PolicyRejected
-from broker.models import ChannelCursor, Client, Event
+from broker.models import Client, Event
 from broker.routing import route_published
 from broker.selectors import attested_attributes
-from policies import PolicySyntaxError, parse_selector
+from policies import PolicySyntaxError
 
 MAX_LIFETIME_S = 7 * 24 * 3600
 MAX_CONTENT_ATTRIBUTES = 100
@@ -101,27 +102,37 @@ def _check_selector(selector: Any) -> None:
         raise InvalidInput(f"selector is longer than {MAX_SELECTOR_LENGTH}", field="selector")
     if selector.strip():
         try:
-            parse_selector(selector)
+            parsed_selector(selector)  # cached: senders repeat their selectors
         except PolicySyntaxError as error:
             raise PolicyRejected(
                 str(error), field="selector", line=error.line, column=error.column
             ) from None
 
 
+NEXT_SEQUENCE = """
+INSERT INTO broker_channelcursor (sender_id, channel, last_sequence) VALUES (%s, %s, 1)
+ON CONFLICT (sender_id, channel)
+DO UPDATE SET last_sequence = broker_channelcursor.last_sequence + 1
+RETURNING last_sequence
+"""
+
+
+def _next_sequence(sender: Client, channel: str) -> int:
+    """Number the event in one statement. The cursor row stays locked until commit,
+    so sequence n commits before n+1 is handed out."""
+    with connection.cursor() as cursor:
+        cursor.execute(NEXT_SEQUENCE, [sender.pk, channel])
+        return cursor.fetchone()[0]
+
+
 def _create_event(
     sender: Client, content: dict, selector: str, lifetime_s: int, channel: str
 ) -> Event:
-    cursor, _ = ChannelCursor.objects.select_for_update().get_or_create(
-        sender=sender, channel=channel
-    )
-    # The row lock is held until commit, so sequence n commits before n+1 is numbered.
-    cursor.last_sequence += 1
-    cursor.save(update_fields=["last_sequence"])
     now = timezone.now()
     return Event.objects.create(
         sender=sender,
         channel=channel,
-        sequence=cursor.last_sequence,
+        sequence=_next_sequence(sender, channel),
         content=content,
         selector=selector,
         sender_attributes=attested_attributes(sender, now=now),
