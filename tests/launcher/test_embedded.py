@@ -9,25 +9,31 @@ from launcher.embedded import EmbeddedPostgres, EmbeddedRedis
 def test_private_redis_starts_keeps_data_across_restarts_and_stops(tmp_path):
     server = EmbeddedRedis(tmp_path / "redis")
     server.start()
-    client = redis.Redis.from_url(server.url())
-    client.set("fleet", "alive")
-    server.stop()
+    try:
+        redis.Redis.from_url(server.url()).set("fleet", "alive")
+    finally:
+        server.stop()
     assert not server.socket_path.exists() or not server._answers_ping()
 
     server.start()
-    assert redis.Redis.from_url(server.url()).get("fleet") == b"alive"
-    server.stop()
+    try:
+        assert redis.Redis.from_url(server.url()).get("fleet") == b"alive"
+    finally:
+        server.stop()
 
 
 def test_private_redis_adopts_a_server_left_running_and_can_stop_it(tmp_path):
     first = EmbeddedRedis(tmp_path / "redis")
     first.start()
-    second = EmbeddedRedis(tmp_path / "redis")
-    second.start()
-    assert second.process is None
-    second.stop()
-    assert not first._answers_ping()
-    first.process.wait(timeout=10)
+    try:
+        second = EmbeddedRedis(tmp_path / "redis")
+        second.start()
+        assert second.process is None
+        second.stop()
+        assert not first._answers_ping()
+        first.process.wait(timeout=10)
+    finally:
+        first.stop()
 
 
 def test_private_postgres_creates_the_database_and_reuses_its_data(tmp_path):
