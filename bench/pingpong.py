@@ -165,18 +165,13 @@ def start_workers(env: dict[str, str], count: int, matching: bool) -> list[subpr
 
 def wait_for_tree_idle(timeout_s: float = 120.0) -> None:
     """Until the change tasks of the set-up have all run."""
-    import redis
-    from django.conf import settings
+    from broker.models import Dispatcher
+    from broker.routing import pending_tree_work
 
-    from broker.models import Dispatcher, HopInbox
-
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL.replace("redis+socket://", "unix://"))
     queues = ["celery"] + [d.queue for d in Dispatcher.objects.all()]
     deadline, quiet = time.monotonic() + timeout_s, 0
     while time.monotonic() < deadline and quiet < 5:
-        pending = sum(client.llen(q) for q in queues) + client.hlen("unacked")
-        pending += HopInbox.objects.count()
-        quiet = quiet + 1 if pending == 0 else 0
+        quiet = quiet + 1 if pending_tree_work(queues) == 0 else 0
         time.sleep(0.1)
 
 

@@ -226,7 +226,6 @@ class Event(models.Model):
                 fields=["sender", "channel", "sequence"], name="unique_sequence_per_channel"
             )
         ]
-        indexes = [models.Index(fields=["routed_at", "published_at"])]
 
     def __str__(self) -> str:
         return f"event {self.sender_id}/{self.channel}#{self.sequence}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import cache
 
 from django.utils import timezone
 
@@ -30,3 +31,23 @@ def wake_stalled_dispatchers(*, older_than: timedelta = STALLED_AFTER) -> int:
     for dispatcher_id in stalled:
         wakeups.wake(wakeups.INBOX, dispatcher_id)
     return len(stalled)
+
+
+@cache
+def _broker_client():
+    import redis
+    from django.conf import settings
+
+    # Kombu spells a socket redis+socket://; redis-py wants unix://.
+    return redis.Redis.from_url(settings.CELERY_BROKER_URL.replace("redis+socket://", "unix://"))
+
+
+def pending_tree_work(queues: list[str]) -> int:
+    """Tasks queued on `queues` or taken and not yet acknowledged, plus hops waiting in
+    any inbox: zero when the tree has nothing left to do (tests and benchmarks wait
+    for it)."""
+    pipeline = _broker_client().pipeline()
+    for queue in queues:
+        pipeline.llen(queue)
+    pipeline.hlen("unacked")
+    return sum(pipeline.execute()) + HopInbox.objects.count()

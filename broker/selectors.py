@@ -13,12 +13,17 @@ def declared_types(client: Client) -> dict[str, str]:
     return dict(client.model.attributes.values_list("name", "type"))
 
 
-def live_values(client: Client, *, now=None) -> QuerySet[AttributeValue]:
-    """The client's values that are neither revoked nor expired."""
+def live_attribute_values(*, now=None) -> QuerySet[AttributeValue]:
+    """Values that are neither revoked nor expired: the one rule for "current"."""
     now = now or timezone.now()
-    return client.attribute_values.filter(revoked_at__isnull=True).filter(
+    return AttributeValue.objects.filter(revoked_at__isnull=True).filter(
         Q(expires_at__isnull=True) | Q(expires_at__gt=now)
     )
+
+
+def live_values(client: Client, *, now=None) -> QuerySet[AttributeValue]:
+    """The client's values that are neither revoked nor expired."""
+    return live_attribute_values(now=now).filter(client=client)
 
 
 def current_attributes(client: Client, *, now=None) -> dict:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from broker.dispatch.state import queue_of
+
 FLAG = "sn-tree:wake:{kind}:{dispatcher}"
 FLAG_TTL_S = 30
 CHANGES = "changes"
@@ -32,7 +34,7 @@ def wake(kind: str, dispatcher_id: int) -> None:
     """Enqueue the dispatcher's task for `kind` unless one is already pending."""
     flag = FLAG.format(kind=kind, dispatcher=dispatcher_id)
     if _redis().set(flag, "1", nx=True, ex=FLAG_TTL_S):
-        _task_for(kind).apply_async(args=[dispatcher_id], queue=_queue_of(dispatcher_id))
+        _task_for(kind).apply_async(args=[dispatcher_id], queue=queue_of(dispatcher_id))
 
 
 def woken(kind: str, dispatcher_id: int) -> None:
@@ -44,9 +46,3 @@ def _task_for(kind: str):
     from broker import tasks
 
     return {CHANGES: tasks.apply_client_changes, INBOX: tasks.drain_inbox}[kind]
-
-
-def _queue_of(dispatcher_id: int) -> str:
-    from broker.dispatch.state import topology
-
-    return topology(dispatcher_id).queues[dispatcher_id]

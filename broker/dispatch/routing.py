@@ -103,12 +103,10 @@ def _after_commit(woken: set[int], summary_hops: list[SummaryHop]) -> None:
 
     for dispatcher_id in woken:
         wakeups.wake(wakeups.INBOX, dispatcher_id)
-    queues = dispatch_state.topology().queues
     for hop in summary_hops:
         refresh_summary.apply_async(
             args=[hop.dispatcher_id, hop.child_id, hop.version],
-            queue=queues.get(hop.dispatcher_id)
-            or dispatch_state.topology(hop.dispatcher_id).queues[hop.dispatcher_id],
+            queue=dispatch_state.queue_of(hop.dispatcher_id),
         )
 
 

@@ -13,18 +13,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q
-from django.utils import timezone
 
 from broker.dispatch.summary import Summary
 from broker.models import (
-    AttributeValue,
     Client,
     ClientChange,
     Dispatcher,
     DispatcherSummary,
     PolicyVersion,
 )
+from broker.selectors import live_attribute_values
 from policies import Matcher, Policy, parse_policy
 
 
@@ -60,6 +58,11 @@ def topology(dispatcher_id: int | None = None) -> Topology:
     if _topology is None or (dispatcher_id is not None and dispatcher_id not in _topology.parent):
         _topology = Topology.load()
     return _topology
+
+
+def queue_of(dispatcher_id: int) -> str:
+    """The Celery queue of a dispatcher."""
+    return topology(dispatcher_id).queues[dispatcher_id]
 
 
 _policies: dict[str, Policy] = {}
@@ -147,12 +150,8 @@ def _current_policies(client_ids: set[int]) -> dict[int, Policy]:
 
 
 def _live_attributes(client_ids: Iterable[int]) -> dict[int, dict]:
-    now = timezone.now()
-    rows = (
-        AttributeValue.objects.filter(client_id__in=list(client_ids), revoked_at__isnull=True)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-        .values_list("client_id", "name", "value")
-    )
+    rows = live_attribute_values().filter(client_id__in=list(client_ids))
+    rows = rows.values_list("client_id", "name", "value")
     found: dict[int, dict] = {}
     for client_id, name, value in rows:
         found.setdefault(client_id, {})[name] = value
