@@ -163,6 +163,20 @@ def start_workers(env: dict[str, str], count: int, matching: bool) -> list[subpr
     return workers
 
 
+def forget_earlier_tasks() -> None:
+    """Tasks an earlier mode left queued name ids of a dropped database: purge them."""
+    from broker import wakeups
+    from broker.models import Dispatcher
+    from console.celery import app
+
+    with app.connection_for_write() as connection:
+        for queue in ["celery"] + [d.queue for d in Dispatcher.objects.all()]:
+            connection.default_channel.queue_purge(queue)
+        connection.default_channel.client.delete("unacked", "unacked_index")
+    flags = wakeups._redis()
+    flags.delete("-", *flags.keys(wakeups.FLAG.format(kind="*", dispatcher="*")))
+
+
 def wait_for_tree_idle(timeout_s: float = 120.0) -> None:
     """Until the change tasks of the set-up have all run."""
     from broker.models import Dispatcher
@@ -178,6 +192,8 @@ def wait_for_tree_idle(timeout_s: float = 120.0) -> None:
 @dataclass
 class Results:
     round_trips_ms: list[float] = field(default_factory=list)
+    ping_fanout_ms: list[float] = field(default_factory=list)
+    pong_return_ms: list[float] = field(default_factory=list)
     publish_ms: list[float] = field(default_factory=list)
     published: int = 0
     notifications: int = 0
@@ -241,7 +257,10 @@ class Experiment:
 
     async def _handle(self, client, is_pinger: bool, content: dict) -> None:
         if content["kind"] == "ping" and not is_pinger:
-            pong = {"kind": "pong", "ping": content["ping"]}
+            if content["ping"] in self.pending_ping:
+                sent = self.pending_ping[content["ping"]]
+                self.results.ping_fanout_ms.append((time.monotonic() - sent) * 1000)
+            pong = {"kind": "pong", "ping": content["ping"], "sent": time.monotonic()}
             # Keep a reference: the loop holds tasks only weakly.
             task = asyncio.create_task(self._publish(client, pong))
             self.in_flight.add(task)
@@ -249,6 +268,7 @@ class Experiment:
         elif content["kind"] == "pong" and is_pinger and content["ping"] in self.pending_ping:
             sent = self.pending_ping[content["ping"]]
             self.results.round_trips_ms.append((time.monotonic() - sent) * 1000)
+            self.results.pong_return_ms.append((time.monotonic() - content["sent"]) * 1000)
             self.pongs_seen += 1
             if self.pongs_seen == len(self.cast.pongers):
                 self.answered.set()
@@ -293,6 +313,7 @@ def run_mode(env: dict[str, str], args, matching: bool) -> Results:
     from broker.services.tree import build_tree
 
     build_tree(depth=args.depth, branching=args.branching, actor=SYSTEM)
+    forget_earlier_tasks()
     cast = create_cast(args.pongers)
     workers = start_workers(env, args.workers, matching)
     try:
@@ -323,7 +344,10 @@ def describe(label: str, results: Results) -> dict:
         f"  (mean {f['mean_ms']:.1f}, s.d. {f['stdev_ms']:.1f})"
         f" | {f['events_s']:6.0f} events/s | {f['notifications_s']:7.0f} notifications/s"
         f" | {len(results.round_trips_ms)} pongs timed, {results.lost_pongs} late"
-        f" | publishing took {statistics.median(results.publish_ms or [0]):.1f} ms (median)",
+        f" | publishing took {statistics.median(results.publish_ms or [0]):.1f} ms (median)"
+        f" | ping reached pongers {statistics.median(results.ping_fanout_ms or [0]):.1f} ms,"
+        f" pong reached pinger {statistics.median(results.pong_return_ms or [0]):.1f} ms"
+        " after its publish began (medians)",
         flush=True,
     )
     return figures

@@ -99,6 +99,7 @@ class DatabaseConfig:
             "HOST": self.host,
             "PORT": self.port,
             "CONN_MAX_AGE": 0,
+            "CONN_HEALTH_CHECKS": True,
         }
 
 

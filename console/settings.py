@@ -147,6 +147,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_interval": env_int("CELERY_RESTORE_INTERVAL_S", 5, minimum=1),
     "unacked_restore_throttle": 1,
 }
+# Celery worker processes keep database connections this long (console/celery.py).
+WORKER_CONN_MAX_AGE_S = env_int("WORKER_CONN_MAX_AGE_S", 600, minimum=1)
+# Celery's Django fixup closes every connection around every task unless this is set;
+# console/celery.py closes them by age and health instead.
+CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
