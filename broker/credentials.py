@@ -1,8 +1,9 @@
 """Secrets, tokens and keys: shown once, stored hashed.
 
-Client secrets are hashed with Django's password hashers (slow on purpose: they are
-typed by people). Tokens and grant keys are long random strings, so a fast SHA-256 is
-enough and lets us find them by hash.
+Client secrets, tokens and grant keys are long random strings made here, never chosen
+by people, so a fast SHA-256 digest is enough (a slow password hash guards against
+guessing weak passwords; there is nothing to guess here) and lets us find tokens by
+their digest. Operators' passwords are Django users' and keep Django's slow hashers.
 """
 
 from __future__ import annotations

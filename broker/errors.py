@@ -26,6 +26,10 @@ class NotAuthorised(BrokerError):
     code = "not_authorised"
 
 
+class NotFound(BrokerError):
+    code = "not_found"
+
+
 class AuthenticationFailed(BrokerError):
     code = "authentication_failed"
 

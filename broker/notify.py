@@ -57,6 +57,16 @@ def push(deliveries: Iterable[Pushed]) -> None:
         future.result(timeout=PUSH_TIMEOUT_S)
 
 
+def end_sessions(client_id: int) -> None:
+    """Tell every live connection of the client that its tokens were revoked."""
+    future = asyncio.run_coroutine_threadsafe(
+        get_channel_layer().group_send(client_group(client_id), {"type": SESSION_REVOKED}),
+        _push_loop(),
+    )
+    future.result(timeout=PUSH_TIMEOUT_S)
+
+
+SESSION_REVOKED = "session.revoked"
 PUSH_TIMEOUT_S = 30
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from broker.models import AttributeValue, Client, PolicyVersion
+from broker.models import AttributeValue, Client, Delivery, PolicyVersion
 
 
 def declared_types(client: Client) -> dict[str, str]:
@@ -40,3 +40,33 @@ def attested_attributes(client: Client, *, now=None) -> dict:
 def current_policy(client: Client) -> PolicyVersion | None:
     """The client's newest policy version, or None if it never set one."""
     return client.policy_versions.order_by("-version").first()
+
+
+def deliveries_to_replay(
+    client: Client, *, after: int, unanswered_only: bool, limit: int
+) -> list[dict]:
+    """The client's deliveries of unexpired events after delivery id `after` (the last
+    one it received), only those it has not answered if `unanswered_only`. Oldest
+    first: a receiver's delivery ids grow in the order its leaf committed them (its
+    inserts hold the leaf's lock), which is channel order within every stream."""
+    query = Delivery.objects.filter(
+        receiver=client, pk__gt=after, event__expires_at__gt=timezone.now()
+    )
+    if unanswered_only:
+        query = query.filter(state=Delivery.State.DELIVERED)
+    rows = query.order_by("pk").values(
+        "pk", "event_id", "sender_id", "channel", "sequence", "event__content"
+    )[:limit]
+    return [_pushed_form(row) for row in rows]
+
+
+def _pushed_form(row: dict) -> dict:
+    """The same shape as a live push (broker.notify.Pushed.as_message)."""
+    return {
+        "delivery": row["pk"],
+        "event": str(row["event_id"]),
+        "sender": row["sender_id"],
+        "channel": row["channel"],
+        "sequence": row["sequence"],
+        "content": row["event__content"],
+    }

@@ -11,14 +11,26 @@ django_http_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.urls import re_path  # noqa: E402
 
-from console.routing import websocket_urlpatterns  # noqa: E402
+from console.routing import agent_urlpatterns, websocket_urlpatterns  # noqa: E402
 
+# Agents are programs that log in with a token inside the socket: no cookies, hence no
+# cross-site risk, and no Origin header to check. The operators' sockets are the
+# browser's, authenticated by the session cookie, and must come from our own pages.
 application = ProtocolTypeRouter(
     {
         "http": django_http_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        "websocket": URLRouter(
+            [
+                *agent_urlpatterns,
+                re_path(
+                    r"",
+                    AllowedHostsOriginValidator(
+                        AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+                    ),
+                ),
+            ]
         ),
     }
 )

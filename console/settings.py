@@ -182,6 +182,9 @@ CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "broker.sweep", "schedule": 5.0},
 }
 
+# Agents (broker/consumers.py) must log in this soon after connecting.
+AGENT_LOGIN_TIMEOUT_S = env_int("AGENT_LOGIN_TIMEOUT_S", 10, minimum=1)
+
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
 
 HEALTH_CHECK_TIMEOUT_S = env_int("HEALTH_CHECK_TIMEOUT_S", 3, minimum=1)

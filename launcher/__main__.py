@@ -138,6 +138,8 @@ def command_test(args: argparse.Namespace) -> int:
     env.setdefault("STATIC_ROOT", str(VAR / "test" / "static"))
     # Tasks of a worker a test kills are handed out again after this many seconds.
     env.setdefault("CELERY_VISIBILITY_S", "8")
+    # The agent-socket test of the login deadline waits this long.
+    env.setdefault("AGENT_LOGIN_TIMEOUT_S", "2")
     services = Services(VAR / "test")
     try:
         services.provide(env)

@@ -1,0 +1,123 @@
+"""The agent protocol's frames and limits (docs/protocol.md), without any I/O.
+
+A frame is one JSON object in one WebSocket text message. Client frames carry a `type`
+and may carry a `ref` that the answer repeats, so that an agent can match answers to
+requests. Every refusal is an `error` frame naming the offending field.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.errors import BrokerError, InvalidInput
+
+PROTOCOL_VERSION = 1
+MAX_FRAME_BYTES = 64 * 1024
+HEARTBEAT_S = 30
+REPLAY_PAGE = 500
+
+# Flood control: a token bucket per connection. Frames beyond it are refused with an
+# error; a client that keeps flooding is disconnected as abusive.
+RATE_PER_S = 50.0
+BURST = 200
+ABUSE_LIMIT = 100  # refused frames (too fast or too large) before the connection is closed
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_LOGIN_TIMEOUT = 4408
+CLOSE_ABUSIVE = 4429
+CLOSE_REVOKED = 4403
+
+CLIENT_TYPES = frozenset({"login", "advertise", "update", "policy", "publish", "ack", "heartbeat"})
+
+
+class FrameError(BrokerError):
+    """A frame that is not a well-formed request of this protocol."""
+
+    code = "bad_frame"
+
+
+class TooLarge(BrokerError):
+    code = "frame_too_large"
+
+
+class RateLimited(BrokerError):
+    code = "rate_limited"
+
+
+@dataclass
+class Request:
+    """A parsed client frame."""
+
+    type: str
+    ref: Any
+    body: dict[str, Any]
+
+    def require(self, name: str, kind: type | tuple[type, ...], what: str) -> Any:
+        """The body field `name`, which must be present and of `kind`."""
+        value = self.body.get(name)
+        if value is None:
+            raise InvalidInput(f"{name} is required ({what})", field=name)
+        # bool is an int in Python, but true is not a number in JSON.
+        is_stray_bool = isinstance(value, bool) and bool not in _as_tuple(kind)
+        if is_stray_bool or not isinstance(value, kind):
+            raise InvalidInput(f"{name} must be {what}", field=name)
+        return value
+
+    def optional(self, name: str, kind: type | tuple[type, ...], what: str, default: Any) -> Any:
+        """The body field `name` if given (and of `kind`), else `default`."""
+        if self.body.get(name) is None:
+            return default
+        return self.require(name, kind, what)
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def parse_frame(text: str | None, data: bytes | None) -> Request:
+    """Parse one WebSocket message into a Request, or raise a BrokerError saying why."""
+    if data is not None:
+        raise FrameError("frames are JSON text, not binary", field="frame")
+    if len(text.encode()) > MAX_FRAME_BYTES:
+        raise TooLarge(f"a frame may hold at most {MAX_FRAME_BYTES} bytes", field="frame")
+    try:
+        body = json.loads(text)
+    except ValueError as error:
+        raise FrameError(f"not JSON: {error}", field="frame") from None
+    if not isinstance(body, dict):
+        raise FrameError("a frame must be a JSON object", field="frame")
+    ref = body.pop("ref", None)
+    if ref is not None and not (isinstance(ref, str | int) and len(str(ref)) <= 64):
+        raise FrameError("ref must be a string or number of at most 64 characters", field="ref")
+    kind = body.pop("type", None)
+    if kind not in CLIENT_TYPES:
+        expected = ", ".join(sorted(CLIENT_TYPES))
+        raise FrameError(f"unknown type {kind!r}; expected one of: {expected}", field="type")
+    return Request(kind, ref, body)
+
+
+def error_frame(error: BrokerError, ref: Any = None) -> dict[str, Any]:
+    """The frame that tells the client what was wrong and where."""
+    return {"type": "error", "ref": ref, **error.as_dict()}
+
+
+@dataclass
+class TokenBucket:
+    """Allows `rate` frames per second with bursts of `burst`."""
+
+    rate: float = RATE_PER_S
+    burst: float = BURST
+    tokens: float = BURST
+    updated: float = field(default_factory=time.monotonic)
+
+    def allow(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True

@@ -1,0 +1,96 @@
+"""What a connected agent may do, in the agent protocol's terms (docs/protocol.md).
+
+Each function takes the client the connection authenticated as: an agent acts only as
+itself. The rules themselves live in the other services; this module adds what is
+particular to a session (its login, a complete advertisement, compact answers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.utils import timezone
+
+from broker import audit
+from broker.audit import Actor
+from broker.errors import InvalidInput
+from broker.models import Client, ClientToken
+from broker.services.clients import authenticate_client, state_attributes
+from broker.services.deliveries import acknowledge_delivery
+from broker.services.events import publish_event
+from broker.services.policies import set_policy
+
+
+def authenticate_agent(*, token: str, peer: str) -> Client:
+    """The client a session logs in as; a refused login is audited with the peer."""
+    with audit.refusals_recorded(
+        actor=Actor("agent", peer), action="agent.login", target="agent-socket"
+    ):
+        client = authenticate_client(token)
+    ClientToken.objects.filter(client=client, revoked_at__isnull=True).update(
+        last_used_at=timezone.now()
+    )
+    return client
+
+
+def advertise(*, client: Client, values: Mapping[str, Any], actor: Actor) -> None:
+    """The agent states its whole model: every attribute it states itself, at once."""
+    missing = sorted(_self_stated(client) - set(values))
+    if missing:
+        error = InvalidInput(
+            f"an advertisement gives every attribute the client states itself; "
+            f"missing: {', '.join(missing)} (use update for some of them)",
+            field=f"values.{missing[0]}",
+        )
+        with audit.refusals_recorded(
+            actor=actor, action="attributes.advertise", target=f"client:{client.name}"
+        ):
+            raise error
+    state_attributes(client=client, values=values, actor=actor)
+
+
+def _self_stated(client: Client) -> set[str]:
+    return set(client.model.attributes.filter(self_stated=True).values_list("name", flat=True))
+
+
+def update(*, client: Client, values: Mapping[str, Any], actor: Actor) -> None:
+    """The agent changes some of its own attributes."""
+    if not values:
+        raise InvalidInput("values must name at least one attribute", field="values")
+    state_attributes(client=client, values=values, actor=actor)
+
+
+def set_agent_policy(*, client: Client, text: str, actor: Actor) -> int:
+    """A new version of the agent's policy; return its number."""
+    return set_policy(client=client, text=text, actor=actor).version
+
+
+def publish(
+    *,
+    client: Client,
+    content: Mapping[str, Any],
+    selector: str,
+    lifetime_s: int,
+    channel: str,
+    actor: Actor,
+) -> dict:
+    """Publish as the agent; return the event's id, channel and sequence number."""
+    event = publish_event(
+        sender=client,
+        content=content,
+        selector=selector,
+        lifetime_s=lifetime_s,
+        channel=channel,
+        actor=actor,
+    )
+    return {"event": str(event.pk), "channel": event.channel, "sequence": event.sequence}
+
+
+def acknowledge(
+    *, client: Client, delivery_id: int, status: str, result: dict | None, actor: Actor
+) -> None:
+    """The agent handled one of its deliveries."""
+    acknowledge_delivery(
+        client=client, delivery_id=delivery_id, status=status, result=result, actor=actor
+    )

@@ -1,0 +1,355 @@
+"""The agent protocol over real WebSockets to a real Daphne, with a real Celery worker
+running the tree: login, advertise, policy, publish, receive, ack, reconnect and
+replay, and every error case of docs/protocol.md."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from channels.db import database_sync_to_async as in_thread
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from broker.audit import Actor
+from broker.client import Agent, AgentError, SessionEnded
+from broker.models import AuditEntry, Delivery
+from broker.scenario import load_scenario
+from broker.services.clients import issue_token, revoke_tokens
+from tests.broker.tree_helpers import wait_until_idle
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ISSUER = Actor("system", "tests")
+COMMAND = {"kind": "command", "action": "disable-cgi"}
+IIS_SELECTOR = 'receiver.software == "IIS"'
+
+
+def agent_url(base_url: str) -> str:
+    return base_url.replace("http://", "ws://") + "/ws/agent/v1/"
+
+
+@pytest.fixture
+def cast(celery_worker):
+    """The scenario with four web servers; tokens for web-00000 (IIS) and the
+    Intellimune national controller."""
+    scenario = load_scenario(servers=4)
+    wait_until_idle()
+    server = next(s for s in scenario.servers if s.name == "web-00000")
+    controller = scenario.controllers["intellimune-national"]
+    return {
+        "server": issue_token(client=server, actor=ISSUER),
+        "controller": issue_token(client=controller, actor=ISSUER),
+        "server_client": server,
+        "scenario": scenario,
+    }
+
+
+def frames(ws, count: int) -> list[dict]:
+    return [json.loads(ws.recv(timeout=10)) for _ in range(count)]
+
+
+def logged_in(ws, token: str) -> dict:
+    ws.send(json.dumps({"type": "login", "token": token, "ref": "in"}))
+    welcome, replayed = frames(ws, 2)
+    assert welcome["type"] == "welcome" and replayed["type"] == "replayed"
+    return welcome
+
+
+def close_code(ws) -> int:
+    with pytest.raises(ConnectionClosed) as closed:
+        while True:
+            ws.recv(timeout=10)
+    return closed.value.rcvd.code
+
+
+# Logging in ----------------------------------------------------------------------------
+
+
+def test_an_unknown_token_gets_an_error_frame_and_the_unauthenticated_close(asgi_server, cast):
+    with connect(agent_url(asgi_server)) as ws:
+        ws.send(json.dumps({"type": "login", "token": "snt_nonsense", "ref": 1}))
+        error = json.loads(ws.recv(timeout=10))
+        assert close_code(ws) == 4401
+    assert error == {
+        "type": "error",
+        "ref": 1,
+        "code": "authentication_failed",
+        "message": "the token is unknown or revoked",
+        "field": None,
+    }
+    assert AuditEntry.objects.filter(action="agent.login", outcome="refused").exists()
+
+
+def test_anything_but_login_first_is_refused_and_disconnected(asgi_server, cast):
+    with connect(agent_url(asgi_server)) as ws:
+        ws.send(json.dumps({"type": "publish", "content": COMMAND}))
+        error = json.loads(ws.recv(timeout=10))
+        assert close_code(ws) == 4401
+    assert error["code"] == "authentication_failed" and error["message"] == "log in first"
+
+
+def test_a_socket_that_never_logs_in_is_closed_after_the_deadline(asgi_server, cast):
+    with connect(agent_url(asgi_server)) as ws:
+        assert close_code(ws) == 4408
+
+
+def test_login_welcomes_with_protocol_limits_and_an_empty_replay(asgi_server, cast):
+    with connect(agent_url(asgi_server)) as ws:
+        welcome = logged_in(ws, cast["server"])
+    assert welcome["client"] == "web-00000" and welcome["model"] == "web-server"
+    assert welcome["protocol"] == 1 and welcome["ref"] == "in"
+    assert welcome["limits"]["max_frame_bytes"] == 65536
+
+
+def test_agent_sockets_need_no_browser_origin_but_the_token_decides(asgi_server, cast):
+    headers = {"Origin": "https://evil.example"}
+    with connect(agent_url(asgi_server), additional_headers=headers) as ws:
+        assert logged_in(ws, cast["server"])["client"] == "web-00000"
+
+
+# Bad input after login: an error naming the field, and the connection stays -----------
+
+
+@pytest.mark.parametrize(
+    ("frame", "code", "field"),
+    [
+        ("{not json", "bad_frame", "frame"),
+        ("[1, 2]", "bad_frame", "frame"),
+        ('{"type": "dance"}', "bad_frame", "type"),
+        ('{"type": "publish", "content": {"kind": "x"}}', "not_authorised", "sender"),
+        ('{"type": "update", "values": {"region": "Northwest"}}', "not_authorised",
+         "values.region"),
+        ('{"type": "update", "values": {"load": "high"}}', "invalid", "values.load"),
+        ('{"type": "advertise", "values": {"load": 0.5}}', "invalid", "values.cgi"),
+        ('{"type": "ack", "delivery": 999999, "status": "ok"}', "not_found", "delivery"),
+        ('{"type": "ack", "delivery": 1, "status": "maybe"}', "invalid", "status"),
+        ('{"type": "login", "token": "again"}', "refused", "type"),
+    ],
+)  # fmt: skip
+def test_bad_input_gets_an_error_naming_the_field_and_the_connection_survives(
+    asgi_server, cast, frame, code, field
+):
+    assert_refused_and_alive(asgi_server, cast["server"], frame, code, field)
+
+
+@pytest.mark.parametrize(
+    ("frame", "code", "field"),
+    [
+        ('{"type": "publish"}', "invalid", "content"),
+        ('{"type": "publish", "content": {"kind": "x"}, "lifetime_s": "soon"}', "invalid",
+         "lifetime_s"),
+        ('{"type": "publish", "content": {"kind": "x"}, "lifetime_s": true}', "invalid",
+         "lifetime_s"),
+        ('{"type": "publish", "content": {"sender.trust": 3}}', "not_authorised",
+         "content.sender.trust"),
+        ('{"type": "publish", "content": {"kind": "x"}, "selector": "receiver.load >"}',
+         "policy_rejected", "selector"),
+        ('{"type": "publish", "content": {"kind": "x"}, "channel": "no spaces"}', "invalid",
+         "channel"),
+    ],
+)  # fmt: skip
+def test_a_bad_publish_names_the_field_and_the_connection_survives(
+    asgi_server, cast, frame, code, field
+):
+    assert_refused_and_alive(asgi_server, cast["controller"], frame, code, field)
+
+
+def assert_refused_and_alive(asgi_server, token, frame, code, field):
+    with connect(agent_url(asgi_server)) as ws:
+        logged_in(ws, token)
+        ws.send(frame)
+        error = json.loads(ws.recv(timeout=10))
+        ws.send(json.dumps({"type": "heartbeat", "ref": "alive"}))
+        alive = json.loads(ws.recv(timeout=10))
+    assert (error["type"], error["code"], error["field"]) == ("error", code, field)
+    assert alive["type"] == "heartbeat" and alive["ref"] == "alive"
+
+
+def test_a_policy_that_does_not_parse_is_refused_with_its_position(asgi_server, cast):
+    with connect(agent_url(asgi_server)) as ws:
+        logged_in(ws, cast["server"])
+        ws.send(json.dumps({"type": "policy", "text": "accept event.kind ==", "ref": 3}))
+        error = json.loads(ws.recv(timeout=10))
+    assert error["code"] == "policy_rejected" and error["ref"] == 3
+    assert (error["line"], error["column"]) == (1, 21)
+
+
+def test_a_claimed_attribute_is_refused_in_the_audit_log_and_nothing_is_applied(asgi_server, cast):
+    with connect(agent_url(asgi_server)) as ws:
+        logged_in(ws, cast["server"])
+        ws.send(json.dumps({"type": "update", "values": {"load": 0.99, "region": "Northwest"}}))
+        error = json.loads(ws.recv(timeout=10))
+    assert (error["code"], error["field"]) == ("not_authorised", "values.region")
+    refusal = AuditEntry.objects.get(action="attributes.state", outcome="refused")
+    assert refusal.actor == "client:web-00000"
+    assert cast["server_client"].attribute_values.get(name="load").value != 0.99
+
+
+def test_an_oversized_frame_is_refused_and_the_connection_survives(asgi_server, cast):
+    with connect(agent_url(asgi_server), max_size=None) as ws:
+        logged_in(ws, cast["server"])
+        ws.send(json.dumps({"type": "heartbeat", "padding": "x" * 70_000}))
+        error = json.loads(ws.recv(timeout=10))
+        ws.send(json.dumps({"type": "heartbeat"}))
+        assert json.loads(ws.recv(timeout=10))["type"] == "heartbeat"
+    assert (error["code"], error["field"]) == ("frame_too_large", "frame")
+
+
+def test_a_flood_is_rate_limited_and_then_disconnected_as_abusive(asgi_server, cast):
+    with connect(agent_url(asgi_server)) as ws:
+        logged_in(ws, cast["server"])
+        for _ in range(600):
+            ws.send('{"type": "heartbeat"}')
+        replies = []
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                replies.append(json.loads(ws.recv(timeout=10)))
+    limited = [r for r in replies if r.get("code") == "rate_limited"]
+    assert limited and len([r for r in replies if r["type"] == "heartbeat"]) >= 200
+    assert closed.value.rcvd.code == 4429
+
+
+# The whole flow, through the tree ------------------------------------------------------
+
+
+def run(coroutine):
+    return asyncio.run(asyncio.wait_for(coroutine, timeout=60))
+
+
+async def next_notification(agent: Agent):
+    return await anext(aiter(agent.notifications()))
+
+
+def test_advertise_policy_publish_receive_and_ack_through_the_tree(asgi_server, cast):
+    url = agent_url(asgi_server)
+
+    async def flow():
+        async with Agent(url, cast["server"]) as server, Agent(url, cast["controller"]) as ctl:
+            await server.advertise(
+                {"hostname": "web-00000", "software": "IIS", "version": "2.4.1", "cgi": True,
+                 "load": 0.2}
+            )  # fmt: skip
+            version = await server.set_policy('accept sender.scope == "national"')
+            published = await ctl.publish(COMMAND, selector=IIS_SELECTOR, lifetime_s=120)
+            notification = await next_notification(server)
+            await server.ack(notification.delivery, "ok", {"exit_code": 0, "output": "done"})
+            return version, published, notification
+
+    version, published, notification = run(flow())
+    assert version == 2  # the scenario set version 1
+    assert notification.event == published["event"] and notification.content == COMMAND
+    assert notification.replay is False
+    delivery = Delivery.objects.get(pk=notification.delivery)
+    assert delivery.state == "acked" and delivery.result == {"exit_code": 0, "output": "done"}
+    assert AuditEntry.objects.filter(action="delivery.ack", outcome="done").exists()
+
+
+def test_acknowledging_twice_is_harmless_but_changing_the_answer_is_refused(asgi_server, cast):
+    url = agent_url(asgi_server)
+
+    async def flow():
+        async with Agent(url, cast["server"]) as server, Agent(url, cast["controller"]) as ctl:
+            await ctl.publish(COMMAND, selector=IIS_SELECTOR)
+            notification = await next_notification(server)
+            await server.ack(notification.delivery, "failed", {"exit_code": 3})
+            await server.ack(notification.delivery, "failed", {"exit_code": 3})
+            with pytest.raises(AgentError) as refused:
+                await server.ack(notification.delivery, "ok")
+            return refused.value
+
+    refused = run(flow())
+    assert refused.code == "invalid" and refused.field == "delivery"
+
+
+def test_a_receiver_that_was_offline_gets_what_it_missed_once_in_order_then_live(asgi_server, cast):
+    url = agent_url(asgi_server)
+
+    async def flow():
+        server = Agent(url, cast["server"])
+        async with Agent(url, cast["controller"]) as ctl:
+            await server.connect()
+            await ctl.publish({**COMMAND, "n": 0}, selector=IIS_SELECTOR, channel="ops")
+            first = await next_notification(server)
+            await server.close()
+            for n in (1, 2, 3):
+                await ctl.publish({**COMMAND, "n": n}, selector=IIS_SELECTOR, channel="ops")
+            await in_thread(wait_until_idle)()
+            await server.connect()  # logs in with the last delivery it saw
+            missed = [await next_notification(server) for _ in range(3)]
+            await server.replayed.wait()
+            await ctl.publish({**COMMAND, "n": 4}, selector=IIS_SELECTOR, channel="ops")
+            live = await next_notification(server)
+            await server.close()
+            return first, missed, live, server
+
+    first, missed, live, server = run(flow())
+    assert [n.content["n"] for n in missed] == [1, 2, 3]
+    assert [n.sequence for n in missed] == [2, 3, 4] and all(n.replay for n in missed)
+    assert live.content["n"] == 4 and not live.replay
+    assert server._notifications.empty()  # nothing twice
+    assert first.content["n"] == 0
+
+
+def test_without_a_cursor_a_reconnecting_agent_gets_every_unanswered_delivery(asgi_server, cast):
+    url = agent_url(asgi_server)
+
+    async def flow():
+        async with Agent(url, cast["controller"]) as ctl:
+            for n in (1, 2):
+                await ctl.publish({**COMMAND, "n": n}, selector=IIS_SELECTOR)
+        await in_thread(wait_until_idle)()
+        async with Agent(url, cast["server"]) as server:
+            replayed = [await next_notification(server) for _ in range(2)]
+            await server.ack(replayed[0].delivery)
+        async with Agent(url, cast["server"]) as again:
+            await again.replayed.wait()
+            return [n.content["n"] for n in replayed], [await next_notification(again)]
+
+    first_time, second_time = run(flow())
+    assert first_time == [1, 2]
+    assert [n.content["n"] for n in second_time] == [2]
+
+
+def test_revoking_the_tokens_ends_the_live_session(asgi_server, cast):
+    url = agent_url(asgi_server)
+
+    async def flow():
+        async with Agent(url, cast["server"]) as server:
+            await in_thread(revoke_tokens)(client=cast["server_client"], actor=ISSUER)
+            with pytest.raises(SessionEnded) as ended:
+                await next_notification(server)
+            return ended.value
+
+    assert run(flow()).code == 4403
+
+
+def test_a_consumer_receives_only_its_own_clients_deliveries(asgi_server, cast):
+    url = agent_url(asgi_server)
+    apache = next(s for s in cast["scenario"].servers if s.name == "web-00001")
+    other = issue_token(client=apache, actor=ISSUER)
+
+    async def flow():
+        async with (
+            Agent(url, cast["server"]) as iis,
+            Agent(url, other) as not_iis,
+            Agent(url, cast["controller"]) as ctl,
+        ):
+            await ctl.publish(COMMAND, selector=IIS_SELECTOR)
+            got = await next_notification(iis)
+            await in_thread(wait_until_idle)()
+            await asyncio.sleep(0.5)
+            return got, not_iis._notifications.qsize()
+
+    got, elsewhere = run(flow())
+    assert got.content == COMMAND and elsewhere == 0
+
+
+def test_heartbeat_answers_with_the_server_time(asgi_server, cast):
+    with connect(agent_url(asgi_server)) as ws:
+        logged_in(ws, cast["server"])
+        ws.send('{"type": "heartbeat", "ref": "hb"}')
+        reply = json.loads(ws.recv(timeout=10))
+    assert reply["ref"] == "hb" and reply["server_time"].startswith(time.strftime("%Y-"))
