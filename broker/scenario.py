@@ -111,7 +111,7 @@ def load_scenario(*, servers: int = 40, seed: int = 7) -> Scenario:
         _add_controller(scenario, name, values)
     rng = random.Random(seed)
     for index in range(servers):
-        _add_server(scenario, index, rng)
+        _add_server(scenario, *server_attributes(index, rng))
     return scenario
 
 
@@ -152,8 +152,7 @@ def _add_controller(scenario: Scenario, name: str, values: dict) -> None:
     scenario.grants[(name, scenario.trust_manager.name)] = grant
 
 
-def _add_server(scenario: Scenario, index: int, rng: random.Random) -> None:
-    stated, attested = server_attributes(index, rng)
+def _add_server(scenario: Scenario, stated: dict, attested: dict) -> None:
     name = stated["hostname"]
     client, secret = register_client(
         name=name, model=scenario.web_server_model, can_send=False, can_receive=True, actor=SETUP
@@ -166,3 +165,32 @@ def _add_server(scenario: Scenario, index: int, rng: random.Random) -> None:
     scenario.servers.append(client)
     scenario.secrets[name] = secret
     scenario.grants[(name, scenario.inventory.name)] = grant
+
+
+def ensure_web_servers(count: int, *, seed: int = 7) -> list[tuple[Client, dict]]:
+    """The scenario's first `count` web servers, with the values each states about
+    itself; the missing ones are registered as load_scenario would have (same names,
+    same values for the same seed). The scenario must have been loaded."""
+    scenario = _existing_cast()
+    rng = random.Random(seed)
+    names = [f"web-{index:05d}" for index in range(count)]
+    existing = {c.name: c for c in Client.objects.filter(name__in=names)}
+    servers = []
+    for index in range(count):
+        stated, attested = server_attributes(index, rng)
+        client = existing.get(stated["hostname"])
+        if client is None:
+            with transaction.atomic():
+                _add_server(scenario, stated, attested)
+            client = scenario.servers[-1]
+        servers.append((client, stated))
+    return servers
+
+
+def _existing_cast() -> Scenario:
+    return Scenario(
+        web_server_model=ClientModel.objects.get(name="web-server"),
+        controller_model=ClientModel.objects.get(name="controller"),
+        inventory=Authority.objects.get(name="macrocorp-inventory"),
+        trust_manager=Authority.objects.get(name="trust-manager"),
+    )

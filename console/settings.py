@@ -121,7 +121,13 @@ X_FRAME_OPTIONS = "DENY"
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": "sn-channels"},
+        "CONFIG": {
+            # redis-py 8 reads with a 5 s socket timeout by default, which is exactly how
+            # long the layer's BZPOPMIN waits on an idle channel: every idle consumer
+            # would die of a read timeout. The layer bounds its own waits.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+            "prefix": "sn-channels",
+        },
     },
 }
 

@@ -103,6 +103,17 @@ def start_console(
     )  # fmt: skip
 
 
+def start_fleet(supervisor: Supervisor, env: dict[str, str], *, host: str, port: int, agents: int):
+    """Simulated web servers on real sockets, so that the demo's fleet is alive."""
+    if agents <= 0:
+        return
+    connect_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    url = f"ws://{connect_host}:{port}/ws/agent/v1/"
+    argv = [sys.executable, str(ROOT / "manage.py"), "simulate_fleet", "--agents", str(agents)]
+    argv += ["--processes", "1", "--url", url, "--load-interval", "10"]
+    supervisor.start("fleet", argv, env)
+
+
 def command_run(args: argparse.Namespace) -> int:
     """Start services, prepare the database, then the web server and workers."""
     data_dir = VAR / "demo"
@@ -119,6 +130,7 @@ def command_run(args: argparse.Namespace) -> int:
         manage(env, "load_scenario")
         queues = "celery," + manage(env, "dispatcher_queues", capture=True)
         start_console(supervisor, env, host=args.host, port=args.port, queues=queues)
+        start_fleet(supervisor, env, host=args.host, port=args.port, agents=args.fleet)
         say(f"console at http://{args.host}:{args.port}/  (Ctrl-C stops everything)")
         dead = supervisor.wait()
         if dead:
@@ -175,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run the console with the demo")
     run.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
     run.add_argument("--port", type=int, default=env_int("PORT", 8000, minimum=1))
+    run.add_argument(
+        "--fleet",
+        type=int,
+        default=env_int("DEMO_FLEET", 40, minimum=0),
+        help="simulated web servers to run (0: none)",
+    )
     run.set_defaults(handler=command_run)
     test = commands.add_parser("test", help="run the whole test suite")
     test.set_defaults(handler=command_test)

@@ -121,6 +121,26 @@ def issue_token(*, client: Client, actor: Actor) -> str:
     return token
 
 
+def issue_fleet_tokens(*, clients: list[Client], actor: Actor) -> dict[int, str]:
+    """Provision a fleet in one transaction: revoke the clients' earlier tokens and
+    issue one new token each; return {client id: token}. Audited as one change."""
+    tokens = {client.pk: new_secret("snt") for client in clients}
+    with transaction.atomic():
+        ClientToken.objects.filter(client__in=clients, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        ClientToken.objects.bulk_create(
+            ClientToken(client_id=pk, key_hash=key_digest(token)) for pk, token in tokens.items()
+        )
+        audit.record_change(
+            actor=actor,
+            action="client.issue_fleet_tokens",
+            target=f"clients:{len(clients)}",
+            details={"clients": [client.name for client in clients][:1000]},
+        )
+    return tokens
+
+
 def _secret_matches(secret: str, stored: str) -> bool:
     if "$" in stored:  # a password-hasher hash, as stored before secrets were digests
         return check_password(secret, stored)

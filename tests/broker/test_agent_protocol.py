@@ -353,3 +353,13 @@ def test_heartbeat_answers_with_the_server_time(asgi_server, cast):
         ws.send('{"type": "heartbeat", "ref": "hb"}')
         reply = json.loads(ws.recv(timeout=10))
     assert reply["ref"] == "hb" and reply["server_time"].startswith(time.strftime("%Y-"))
+
+
+def test_an_idle_session_outlives_the_channel_layers_blocking_read(asgi_server, cast):
+    # The layer blocks 5 s per read on an idle channel; a Redis client timing out at
+    # the same moment used to kill every idle agent's consumer.
+    with connect(agent_url(asgi_server)) as ws:
+        logged_in(ws, cast["server"])
+        time.sleep(6.5)
+        ws.send('{"type": "heartbeat", "ref": "still"}')
+        assert json.loads(ws.recv(timeout=10))["ref"] == "still"

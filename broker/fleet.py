@@ -1,0 +1,160 @@
+"""Simulated web servers: real agents on real WebSockets, many per process.
+
+No Django here: a fleet process is what a managed node would run, multiplied. The
+`simulate_fleet` management command provisions the clients and tokens and starts a few
+of these processes:
+
+    python -m broker.fleet SPEC.json
+
+SPEC is {"url": ..., "load_interval_s": ..., "stats": path or null, "agents":
+[{"token": ..., "values": {hostname, software, version, cgi, load}}, ...]}.
+
+Each simulated server advertises its model, lets its load drift, and obeys the
+scenario's commands: `disable-cgi` turns CGI off, `shutdown` stops it (its load drops to
+zero and stays there); both are reported back as the command's result. Alerts are
+acknowledged as noted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+from websockets.exceptions import ConnectionClosed
+
+from broker.client import Agent, Notification, Result, SessionEnded
+
+CONNECT_SPREAD_S = 0.002  # between two agents' connections, so as not to stampede
+
+
+@dataclass
+class SimulatedServer:
+    """One web server's agent."""
+
+    url: str
+    token: str
+    values: dict
+    load_interval_s: float
+    rng: random.Random
+    stopped: bool = False
+    latencies_ms: list[float] = field(default_factory=list)
+    agent: Agent | None = None
+
+    @property
+    def hostname(self) -> str:
+        return self.values["hostname"]
+
+    async def start(self) -> None:
+        """Connect, log in and advertise the whole model."""
+        self.agent = Agent(self.url, self.token)
+        await self.agent.connect()
+        await self.agent.advertise(self.values)
+
+    async def live(self) -> None:
+        """Obey notifications and drift, until cancelled or the session ends for good."""
+        drifting = asyncio.create_task(self._drift())
+        try:
+            await self.agent.run(self.obey)
+        except SessionEnded as ended:
+            print(f"[fleet] {self.hostname}: {ended}", file=sys.stderr)
+        finally:
+            drifting.cancel()
+
+    def obey(self, notification: Notification) -> Result | None:
+        content = notification.content
+        if "sent_at" in content:  # benchmark probes carry their publish time
+            self.latencies_ms.append((time.time() - content["sent_at"]) * 1000)
+        if content.get("kind") == "probe":
+            return None
+        if "alert" in content:
+            return "ok", {"exit_code": 0, "output": f"{self.hostname}: alert noted"}
+        return self._command(content.get("action"))
+
+    def _command(self, action) -> Result:
+        if action == "disable-cgi":
+            self._change({"cgi": False})
+            return "ok", {"exit_code": 0, "output": f"{self.hostname}: CGI disabled"}
+        if action == "shutdown":
+            self.stopped = True
+            self._change({"load": 0.0})
+            return "ok", {"exit_code": 0, "output": f"{self.hostname}: web server stopped"}
+        return "failed", {"exit_code": 2, "output": f"{self.hostname}: unknown action {action!r}"}
+
+    def _change(self, values: dict) -> None:
+        self.values.update(values)
+        # Reported in the background: the handler must not wait on its own socket.
+        asyncio.get_running_loop().create_task(self._send_update(values))
+
+    async def _send_update(self, values: dict) -> None:
+        try:
+            await self.agent.update(values)
+        except Exception as error:  # the next drift or reconnect advertises again
+            print(f"[fleet] {self.hostname}: update failed: {error}", file=sys.stderr)
+
+    async def _drift(self) -> None:
+        while True:
+            await asyncio.sleep(self.load_interval_s * self.rng.uniform(0.5, 1.5))
+            if self.stopped:
+                continue
+            load = self.values["load"] + self.rng.uniform(-0.15, 0.15)
+            self._change({"load": round(min(0.99, max(0.01, load)), 2)})
+
+
+async def run_fleet(spec: dict) -> list[SimulatedServer]:
+    """Start every agent of `spec`, report when all are connected, then live."""
+    rng = random.Random(spec.get("seed", 1))
+    servers = [
+        SimulatedServer(spec["url"], a["token"], dict(a["values"]), spec["load_interval_s"], rng)
+        for a in spec["agents"]
+    ]
+    started = time.monotonic()
+    await asyncio.gather(*(_start_later(s, i * CONNECT_SPREAD_S) for i, s in enumerate(servers)))
+    elapsed = time.monotonic() - started
+    print(json.dumps({"ready": len(servers), "connect_s": round(elapsed, 3)}), flush=True)
+    lives = [asyncio.create_task(s.live()) for s in servers]
+    try:
+        await asyncio.gather(*lives)
+    except asyncio.CancelledError:
+        for task in lives:
+            task.cancel()
+    return servers
+
+
+async def _start_later(server: SimulatedServer, delay_s: float) -> None:
+    """Start one agent; while the console is not up yet, try again, as a node would."""
+    await asyncio.sleep(delay_s)
+    backoff = 0.5
+    while True:
+        try:
+            await server.start()
+            return
+        except (OSError, TimeoutError, ConnectionClosed) as error:
+            print(f"[fleet] {server.hostname}: {error}; again in {backoff:.1f} s", file=sys.stderr)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 10.0)
+
+
+def main(argv: list[str]) -> int:
+    with open(argv[0]) as file:
+        spec = json.load(file)
+    loop = asyncio.new_event_loop()
+    fleet = loop.create_task(run_fleet(spec))
+    loop.add_signal_handler(signal.SIGTERM, fleet.cancel)
+    loop.add_signal_handler(signal.SIGINT, fleet.cancel)
+    try:
+        servers = loop.run_until_complete(fleet)
+    except asyncio.CancelledError:  # stopped before every agent had started
+        servers = []
+    if spec.get("stats"):
+        with open(spec["stats"], "w") as file:
+            json.dump([ms for s in servers for ms in s.latencies_ms], file)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
