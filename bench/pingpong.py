@@ -32,48 +32,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.services import fresh_database, provide_services  # noqa: E402
+
 PING_TIMEOUT_S = 2.0
 ATTRIBUTE_CHANGE_S = 10.0
 LIFETIME_S = 60
 POLICY = 'accept sender.team == "bench" and event.kind in ["ping", "pong"]'
-
-
-def provide_services(env: dict[str, str]) -> list:
-    """Private PostgreSQL and Redis for the benchmark unless URLs are given."""
-    from launcher.embedded import EmbeddedPostgres, EmbeddedRedis
-
-    started = []
-    if not env.get("DATABASE_URL"):
-        postgres = EmbeddedPostgres(ROOT / "var" / "bench" / "postgres")
-        postgres.start()
-        started.append(postgres)
-        env["DATABASE_URL"] = postgres.url("bench")
-    if not env.get("REDIS_URL"):
-        redis_server = EmbeddedRedis(ROOT / "var" / "bench" / "redis")
-        redis_server.start()
-        started.append(redis_server)
-        env["REDIS_URL"] = redis_server.url()
-        import redis
-
-        # Our own private server: leftovers of an earlier run must not be measured.
-        redis.Redis.from_url(env["REDIS_URL"]).flushdb()
-    return started
-
-
-def fresh_database(env: dict[str, str]) -> None:
-    """Drop and create the benchmark's database, then migrate it."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    import psycopg
-
-    parts = urlsplit(env["DATABASE_URL"])
-    name = parts.path.lstrip("/")
-    admin_url = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin_url, autocommit=True) as connection:
-        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        connection.execute(f'CREATE DATABASE "{name}"')
-    manage = [sys.executable, str(ROOT / "manage.py")]
-    subprocess.run([*manage, "migrate", "-v", "0"], env=env, check=True)
 
 
 @dataclass

@@ -11,8 +11,8 @@ SPEC is {"url": ..., "load_interval_s": ..., "stats": path or null, "agents":
 
 Each simulated server advertises its model, lets its load drift, and obeys the
 scenario's commands: `disable-cgi` turns CGI off, `shutdown` stops it (its load drops to
-zero and stays there); both are reported back as the command's result. Alerts are
-acknowledged as noted.
+zero and stays there), `status` reports its values; each is reported back as the
+command's result. Alerts are acknowledged as noted.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class SimulatedServer:
     load_interval_s: float
     rng: random.Random
     stopped: bool = False
-    latencies_ms: list[float] = field(default_factory=list)
+    latencies_ms: list[tuple[str, float]] = field(default_factory=list)
     agent: Agent | None = None
 
     @property
@@ -67,8 +67,9 @@ class SimulatedServer:
 
     def obey(self, notification: Notification) -> Result | None:
         content = notification.content
-        if "sent_at" in content:  # benchmark probes carry their publish time
-            self.latencies_ms.append((time.time() - content["sent_at"]) * 1000)
+        if "sent_at" in content:  # benchmark events carry their publish time
+            ms = (time.time() - content["sent_at"]) * 1000
+            self.latencies_ms.append((str(content.get("bench", "")), ms))
         if content.get("kind") == "probe":
             return None
         if "alert" in content:
@@ -79,6 +80,8 @@ class SimulatedServer:
         if action == "disable-cgi":
             self._change({"cgi": False})
             return "ok", {"exit_code": 0, "output": f"{self.hostname}: CGI disabled"}
+        if action == "status":
+            return "ok", {"exit_code": 0, "output": json.dumps(self.values, sort_keys=True)}
         if action == "shutdown":
             self.stopped = True
             self._change({"load": 0.0})
@@ -119,9 +122,11 @@ async def run_fleet(spec: dict) -> list[SimulatedServer]:
     lives = [asyncio.create_task(s.live()) for s in servers]
     try:
         await asyncio.gather(*lives)
-    except asyncio.CancelledError:
+    except asyncio.CancelledError:  # stopped: end every session cleanly
         for task in lives:
             task.cancel()
+        await asyncio.gather(*lives, return_exceptions=True)
+        await asyncio.gather(*(s.agent.close() for s in servers), return_exceptions=True)
     return servers
 
 
@@ -152,7 +157,7 @@ def main(argv: list[str]) -> int:
         servers = []
     if spec.get("stats"):
         with open(spec["stats"], "w") as file:
-            json.dump([ms for s in servers for ms in s.latencies_ms], file)
+            json.dump([pair for s in servers for pair in s.latencies_ms], file)
     return 0
 
 

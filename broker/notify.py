@@ -67,6 +67,7 @@ def end_sessions(client_id: int) -> None:
 
 
 SESSION_REVOKED = "session.revoked"
+PUSH_CONCURRENCY = 32
 PUSH_TIMEOUT_S = 30
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
@@ -86,9 +87,12 @@ def _push_loop() -> asyncio.AbstractEventLoop:
 
 async def _send_all(by_receiver: dict[int, list[dict]]) -> None:
     layer = get_channel_layer()
-    await asyncio.gather(
-        *(
-            layer.group_send(client_group(receiver), {"type": MESSAGE_TYPE, "items": items})
-            for receiver, items in by_receiver.items()
-        )
-    )
+    # Bounded concurrency: each group_send holds a pooled Redis connection, and the
+    # pool refuses to grow without limit (a leaf may push to thousands at once).
+    limit = asyncio.Semaphore(PUSH_CONCURRENCY)
+
+    async def send(receiver: int, items: list[dict]) -> None:
+        async with limit:
+            await layer.group_send(client_group(receiver), {"type": MESSAGE_TYPE, "items": items})
+
+    await asyncio.gather(*(send(receiver, items) for receiver, items in by_receiver.items()))

@@ -89,7 +89,7 @@ class DatabaseConfig:
     host: str
     port: str
 
-    def as_django(self) -> dict:
+    def as_django(self, *, conn_max_age: int = 0) -> dict:
         """Return a Django DATABASES entry for psycopg 3."""
         return {
             "ENGINE": "django.db.backends.postgresql",
@@ -98,7 +98,7 @@ class DatabaseConfig:
             "PASSWORD": self.password,
             "HOST": self.host,
             "PORT": self.port,
-            "CONN_MAX_AGE": 0,
+            "CONN_MAX_AGE": conn_max_age,
             "CONN_HEALTH_CHECKS": True,
         }
 

@@ -26,7 +26,12 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 HTTPS = env_bool("HTTPS", default=False)
 
-_database = parse_database_url("DATABASE_URL", env_str("DATABASE_URL")).as_django()
+# Connections are kept this long and checked before reuse: a tree hop or an agent's
+# request lasts a few milliseconds, and opening a connection costs as much again.
+DATABASE_CONN_MAX_AGE_S = env_int("DATABASE_CONN_MAX_AGE_S", 60, minimum=0)
+_database = parse_database_url("DATABASE_URL", env_str("DATABASE_URL")).as_django(
+    conn_max_age=DATABASE_CONN_MAX_AGE_S
+)
 DATABASES = {
     "default": _database,
     # The same database on a connection of its own: refusals are audited through it so
@@ -125,8 +130,14 @@ CHANNEL_LAYERS = {
             # redis-py 8 reads with a 5 s socket timeout by default, which is exactly how
             # long the layer's BZPOPMIN waits on an idle channel: every idle consumer
             # would die of a read timeout. The layer bounds its own waits.
-            "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+            # A fleet logging in at once adds many groups concurrently: redis-py 8's
+            # default pool (100 connections) would refuse some.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "max_connections": 1000}],
             "prefix": "sn-channels",
+            # Messages wait per *process* (every consumer of a Daphne process shares one
+            # Redis key), and a full channel drops messages silently. The default of 100
+            # would drop most of a broadcast to a thousand agents on one process.
+            "capacity": 100_000,
         },
     },
 }
@@ -153,10 +164,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_interval": env_int("CELERY_RESTORE_INTERVAL_S", 5, minimum=1),
     "unacked_restore_throttle": 1,
 }
-# Celery worker processes keep database connections this long (console/celery.py).
-WORKER_CONN_MAX_AGE_S = env_int("WORKER_CONN_MAX_AGE_S", 600, minimum=1)
 # Celery's Django fixup closes every connection around every task unless this is set;
-# console/celery.py closes them by age and health instead.
+# console/celery.py closes them by age and health instead (DATABASE_CONN_MAX_AGE_S).
 CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"

@@ -1,0 +1,243 @@
+"""A fleet of real agents on one machine: how fast they connect, and how fast an alert
+and a command reach them.
+
+    python bench/fleet.py                    # 1,000 agents, 5 rounds of each
+    python bench/fleet.py --agents 200 --rounds 3
+
+Real parts: Daphne serving the agent sockets, Celery workers running the tree,
+PostgreSQL and Redis (private ones under var/bench unless DATABASE_URL / REDIS_URL are
+set), and the fleet simulator (`manage.py simulate_fleet`) as separate processes of
+real WebSocket clients. Latency = publish (this process) -> notification read by the
+agent (fleet process), on the same clock.
+
+Printed: connect time; for an alert to every agent and a command to a third of them
+(selector `receiver.software == "IIS"`), median / p95 / p99 of the publish-to-receipt
+latency; and, as the baseline measured in the same run, the same push sent straight
+through the channel layer to every agent's connection (no tree, no database), with the
+ratio of the two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.services import fresh_database, provide_services  # noqa: E402
+
+PORT = int(os.environ.get("BENCH_PORT", "8931"))
+ROUND_TIMEOUT_S = 60.0
+IIS = 'receiver.software == "IIS"'
+
+
+def start(argv: list[str], env: dict[str, str], **options) -> subprocess.Popen:
+    return subprocess.Popen(argv, env=env, cwd=ROOT, start_new_session=True, **options)
+
+
+def start_console(env: dict[str, str], workers: int) -> list[subprocess.Popen]:
+    """Daphne, and Celery workers serving the whole tree."""
+    from broker.models import Dispatcher
+
+    queues = ",".join(["celery"] + [d.queue for d in Dispatcher.objects.all()])
+    bin_dir = Path(sys.executable).parent
+    daphne = [
+        str(bin_dir / "daphne"),
+        "-b",
+        "127.0.0.1",
+        "-p",
+        str(PORT),
+        "console.asgi:application",
+    ]
+    worker = [
+        str(bin_dir / "celery"), "-A", "console", "worker", "--loglevel", "ERROR", "--pool",
+        "solo", "--without-gossip", "--without-mingle", "--without-heartbeat", "--queues", queues,
+    ]  # fmt: skip
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    log = open(ROOT / "var" / "bench" / "daphne.log", "w")  # noqa: SIM115 (the process keeps it)
+    processes = [start(daphne, env, stdout=log, stderr=log)]
+    for index in range(workers):
+        argv = [*worker, "--hostname", f"fleet{index}-{secrets.token_hex(3)}@%h"]
+        processes.append(start(argv, env, **quiet))
+    return processes
+
+
+def start_fleet(env, agents: int, processes: int, stats_dir: str) -> tuple[subprocess.Popen, float]:
+    """The simulator; returns it and the seconds until every agent had logged in and
+    advertised its model."""
+    argv = [
+        sys.executable, str(ROOT / "manage.py"), "simulate_fleet", "--agents", str(agents),
+        "--processes", str(processes), "--url", f"ws://127.0.0.1:{PORT}/ws/agent/v1/",
+        "--load-interval", "60", "--stats-dir", stats_dir,
+    ]  # fmt: skip
+    started = time.monotonic()
+    fleet = start(argv, env, stdout=subprocess.PIPE, text=True)
+    ready = 0
+    while ready < agents:
+        line = fleet.stdout.readline()
+        if not line:
+            raise RuntimeError("the fleet simulator stopped before its agents were ready")
+        if line.startswith("{"):
+            ready += json.loads(line)["ready"]
+    return fleet, time.monotonic() - started
+
+
+def wait_for_tree_idle(timeout_s: float = 300.0) -> None:
+    from broker.models import Dispatcher
+    from broker.routing import pending_tree_work
+
+    queues = ["celery"] + [d.queue for d in Dispatcher.objects.all()]
+    deadline, quiet = time.monotonic() + timeout_s, 0
+    while time.monotonic() < deadline and quiet < 5:
+        quiet = quiet + 1 if pending_tree_work(queues) == 0 else 0
+        time.sleep(0.2)
+
+
+def wait_for_answers(event, expected: int) -> None:
+    """Until `expected` receivers have answered (so that rounds do not overlap)."""
+    from broker.models import Delivery
+
+    deadline = time.monotonic() + ROUND_TIMEOUT_S
+    while time.monotonic() < deadline:
+        answered = Delivery.objects.filter(event=event).exclude(state="delivered").count()
+        if answered >= expected:
+            return
+        time.sleep(0.1)
+    print(f"  warning: only {answered} of {expected} answered within {ROUND_TIMEOUT_S:g} s")
+
+
+def publish_rounds(rounds: int, expected_alert: int, expected_command: int) -> None:
+    from broker.models import Client
+    from broker.services.events import publish_event
+
+    northwest = Client.objects.get(name="northwest-controller")
+    national = Client.objects.get(name="intellimune-national")
+    for index in range(rounds):
+        alert = {"alert": "worm", "threat_level": 4, "target": "IIS", "round": index}
+        event = publish_event(
+            sender=northwest, content={**alert, "bench": "alert", "sent_at": time.time()}
+        )
+        wait_for_answers(event, expected_alert)
+        command = {"kind": "command", "action": "status", "round": index}
+        event = publish_event(
+            sender=national,
+            content={**command, "bench": "command", "sent_at": time.time()},
+            selector=IIS,
+        )
+        wait_for_answers(event, expected_command)
+        time.sleep(0.5)
+
+
+def push_baseline(rounds: int, client_ids: list[int]) -> None:
+    """The floor: one message per agent straight through the channel layer."""
+    from broker.notify import Pushed, push
+
+    for index in range(rounds):
+        sent_at = time.time()
+        content = {"kind": "probe", "bench": "baseline", "sent_at": sent_at}
+        # Ids above any real delivery's: the consumer writes each id once per socket.
+        fake = 10**12 + index
+        push(Pushed(fake, cid, "baseline", 0, "baseline", index + 1, content) for cid in client_ids)
+        time.sleep(2.0)
+
+
+def latencies(stats_dir: str) -> dict[str, list[float]]:
+    found: dict[str, list[float]] = {}
+    for path in Path(stats_dir).glob("latencies-*.json"):
+        for label, ms in json.loads(path.read_text()):
+            found.setdefault(label, []).append(ms)
+    return found
+
+
+def describe(label: str, values: list[float], receivers: int, rounds: int) -> dict:
+    values = sorted(values) or [float("nan")]
+    figures = {
+        "median": statistics.median(values),
+        "p95": values[min(len(values) - 1, int(len(values) * 0.95))],
+        "p99": values[min(len(values) - 1, int(len(values) * 0.99))],
+    }
+    print(
+        f"{label:>34}: median {figures['median']:7.1f} ms  p95 {figures['p95']:7.1f} ms"
+        f"  p99 {figures['p99']:7.1f} ms  ({len(values)} receipts of {receivers * rounds})",
+        flush=True,
+    )
+    return figures
+
+
+def run(args, env: dict[str, str]) -> None:
+    import django
+
+    fresh_database(env)
+    os.environ.update(env)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    django.setup()
+    from broker.models import Client
+    from broker.scenario import load_scenario
+
+    started = time.monotonic()
+    load_scenario(servers=args.agents)
+    print(f"set-up: scenario with {args.agents} web servers in {time.monotonic() - started:.1f} s")
+    console = start_console(env, args.workers)
+    stats_dir = tempfile.mkdtemp(prefix="sn-fleet-bench-")
+    fleet = None
+    try:
+        wait_for_tree_idle()
+        fleet, connect_s = start_fleet(env, args.agents, args.processes, stats_dir)
+        print(f"{'connect':>34}: {args.agents} agents logged in and advertised in {connect_s:.1f} s"
+              f" ({args.agents / connect_s:.0f} per second)", flush=True)  # fmt: skip
+        wait_for_tree_idle()
+        iis = Client.objects.filter(name__startswith="web-", attribute_values__name="software",
+                                    attribute_values__value="IIS").count()  # fmt: skip
+        publish_rounds(args.rounds, args.agents, iis)
+        ids = list(Client.objects.filter(name__startswith="web-").values_list("id", flat=True))
+        push_baseline(args.rounds, ids)
+    finally:
+        for process in [fleet, *console]:
+            if process is not None:
+                process.terminate()
+        for process in [fleet, *console]:
+            if process is not None:
+                process.wait(timeout=60)
+    found = latencies(stats_dir)
+    alert = describe("alert to every agent", found.get("alert", []), args.agents, args.rounds)
+    describe(f"command to {iis} agents (IIS)", found.get("command", []), iis, args.rounds)
+    base = describe("baseline: bare channel-layer push", found.get("baseline", []), args.agents,
+                    args.rounds)  # fmt: skip
+    print(f"{'alert / baseline':>34}: p95 x{alert['p95'] / base['p95']:.1f}, "
+          f"median x{alert['median'] / base['median']:.1f}")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--agents", type=int, default=1000)
+    parser.add_argument("--processes", type=int, default=2, help="fleet processes")
+    parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    env = dict(os.environ)
+    env.setdefault("SECRET_KEY", secrets.token_urlsafe(40))
+    env.setdefault("LOG_LEVEL", "WARNING")
+    started = provide_services(env)
+    print(
+        f"fleet: {args.agents} agents in {args.processes} processes, {args.workers} workers,"
+        f" 1 Daphne, {args.rounds} rounds",
+        flush=True,
+    )
+    try:
+        run(args, env)
+    finally:
+        for server in reversed(started):
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
