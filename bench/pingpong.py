@@ -215,7 +215,7 @@ class Experiment:
         is_pinger = client.id == self.cast.pinger.id
         while True:
             message = await self.layer.receive(channel)
-            for item in message["items"]:
+            for item in message["groups"][client_group(client.id)]:
                 self.results.notifications += 1
                 await self._handle(client, is_pinger, item["content"])
 

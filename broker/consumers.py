@@ -192,7 +192,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def deliveries_push(self, message: dict) -> None:
         """New deliveries of this client, pushed by its leaf after they committed."""
-        for item in message["items"]:
+        for item in message["groups"].get(client_group(self.client.id), []):
             await self._notify(item, replay=False)
 
     async def session_revoked(self, message: dict) -> None:

@@ -1,8 +1,10 @@
 """Pushing deliveries to connected receivers through the channel layer (Redis).
 
 Every receiver's connection joins the group `client.<id>`. A leaf pushes, after its
-deliveries commit, one message per receiver holding that receiver's new deliveries in
-order, so that order survives the trip. The database stays the record: a receiver that
+deliveries commit, each receiver's new deliveries in order, so that order survives the
+trip: all receivers' lists travel in one message per receiving process
+(broker.channel_layer), and each connection reads its own group's list,
+`message["groups"]["client.<id>"]`. The database stays the record: a receiver that
 was not connected reads what it missed from there when it comes back.
 """
 
@@ -67,7 +69,6 @@ def end_sessions(client_id: int) -> None:
 
 
 SESSION_REVOKED = "session.revoked"
-PUSH_CONCURRENCY = 32
 PUSH_TIMEOUT_S = 30
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
@@ -86,13 +87,6 @@ def _push_loop() -> asyncio.AbstractEventLoop:
 
 
 async def _send_all(by_receiver: dict[int, list[dict]]) -> None:
-    layer = get_channel_layer()
-    # Bounded concurrency: each group_send holds a pooled Redis connection, and the
-    # pool refuses to grow without limit (a leaf may push to thousands at once).
-    limit = asyncio.Semaphore(PUSH_CONCURRENCY)
-
-    async def send(receiver: int, items: list[dict]) -> None:
-        async with limit:
-            await layer.group_send(client_group(receiver), {"type": MESSAGE_TYPE, "items": items})
-
-    await asyncio.gather(*(send(receiver, items) for receiver, items in by_receiver.items()))
+    # One Redis message per receiving process, whatever the number of receivers.
+    payloads = {client_group(receiver): items for receiver, items in by_receiver.items()}
+    await get_channel_layer().group_send_each(payloads, message_type=MESSAGE_TYPE)

@@ -125,7 +125,8 @@ X_FRAME_OPTIONS = "DENY"
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        # channels_redis' layer, plus one message per process for a many-receiver push.
+        "BACKEND": "broker.channel_layer.FanoutRedisChannelLayer",
         "CONFIG": {
             # redis-py 8 reads with a 5 s socket timeout by default, which is exactly how
             # long the layer's BZPOPMIN waits on an idle channel: every idle consumer

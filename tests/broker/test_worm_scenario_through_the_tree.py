@@ -138,5 +138,5 @@ def test_a_connected_receiver_is_pushed_its_delivery_through_the_channel_layer(s
     )
     alert, message = async_to_sync(receive_push)(publish)
     assert message["type"] == "deliveries.push"
-    (item,) = message["items"]
+    (item,) = message["groups"][client_group(server.id)]
     assert (item["event"], item["sequence"], item["content"]) == (str(alert.pk), 1, WORM_ALERT)
