@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -282,6 +283,23 @@ class TrafficRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_id} at {self.dispatcher_id} ({self.direction})"
+
+
+class OperatorToken(models.Model):
+    """A revocable bearer token with which an operator's integration (a SOAR tool, a
+    script) uses the HTTP API with that operator's permissions."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    label = models.CharField(max_length=100)
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.label} of {self.user_id} ({'revoked' if self.revoked_at else 'live'})"
 
 
 class AuditEntry(models.Model):

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from functools import lru_cache
+
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from broker.models import AttributeValue, Client, Delivery, PolicyVersion
+from policies import Policy, Selector, parse_policy
 
 
 def declared_types(client: Client) -> dict[str, str]:
@@ -70,3 +74,32 @@ def _pushed_form(row: dict) -> dict:
         "sequence": row["sequence"],
         "content": row["event__content"],
     }
+
+
+def preview_receivers(*, sender: Client, content: dict, selector: Selector | None) -> list[str]:
+    """Names of the receivers an event would reach if published now: the selector
+    selects their attributes and their policy accepts the sender's attested attributes
+    and the content. Reads every receiver once; for previews, not for routing."""
+    sender_attributes = attested_attributes(sender)
+    policies = _current_policy_texts()
+    values = defaultdict(dict)
+    for client_id, name, value in live_attribute_values().values_list("client_id", "name", "value"):
+        values[client_id][name] = value
+    receivers = Client.objects.filter(can_receive=True, is_active=True, pk__in=list(policies))
+    return sorted(
+        client.name
+        for client in receivers.only("pk", "name")
+        if (selector is None or selector.selects(values[client.pk]))
+        and _parsed_policy(policies[client.pk]).accepts(sender_attributes, content)
+    )
+
+
+def _current_policy_texts() -> dict[int, str]:
+    """{client id: text of its newest policy version}."""
+    newest = PolicyVersion.objects.order_by("client_id", "-version").distinct("client_id")
+    return dict(newest.values_list("client_id", "text"))
+
+
+@lru_cache(maxsize=4096)
+def _parsed_policy(text: str) -> Policy:
+    return parse_policy(text)

@@ -17,7 +17,7 @@ from broker.errors import InvalidInput, NotAuthorised, PolicyRejected
 from broker.models import Client, Event
 from broker.routing import route_published
 from broker.selectors import attested_attributes
-from policies import PolicySyntaxError
+from policies import PolicySyntaxError, Selector
 
 MAX_LIFETIME_S = 7 * 24 * 3600
 MAX_CONTENT_ATTRIBUTES = 100
@@ -56,6 +56,18 @@ def publish_event(
         # without its routing.
         route_published(event)
     return event
+
+
+def check_event(
+    *, sender: Client, content: Mapping[str, Any], selector: str = ""
+) -> Selector | None:
+    """Check an event as publishing would, without publishing it (a preview); return
+    its parsed selector. Refusals are audited."""
+    actor = Actor("client", sender.name)
+    target = f"client:{sender.name}"
+    with audit.refusals_recorded(actor=actor, action="event.preview", target=target):
+        _check_publish(sender, content, selector, 60, "default")
+    return parsed_selector(selector.strip())
 
 
 def _check_publish(

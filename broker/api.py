@@ -1,0 +1,365 @@
+"""The HTTP API for integrations (a SOAR tool posting alerts, a script reading results).
+
+JSON over HTTP with bearer tokens; the OpenAPI schema is served at
+/api/v1/openapi.json (django-ninja builds it from these signatures). Three kinds of
+caller, told apart by their token:
+- a client (`snt_...`): publishes as itself, previews its receivers, reads its events;
+- an operator's integration (`sno_...`): manages clients, reads any event, with the
+  operator's Django permissions;
+- an authority (`sna_...`): attests and revokes attributes where it was granted.
+Every refusal is a JSON error {code, message, field} with a fitting HTTP status.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.http import HttpRequest
+from ninja import NinjaAPI, Schema
+from ninja.errors import AuthenticationError
+from ninja.errors import ValidationError as SchemaError
+from ninja.security import HttpBearer
+from pydantic import StrictBool, StrictInt
+
+from broker import audit, selectors
+from broker.audit import Actor
+from broker.errors import AuthenticationFailed, BrokerError, NotAuthorised, NotFound
+from broker.models import Authority, Client, ClientModel, Delivery, Event
+from broker.services import authorities, clients, events, operators
+
+api = NinjaAPI(
+    title="Selective Notification API",
+    version="1",
+    description="Publish events, preview receivers, read delivery status, manage clients "
+    "and attestations. The agents' WebSocket protocol is documented in docs/protocol.md.",
+    docs_url=None,  # the interactive page would load scripts from a CDN
+    urls_namespace="api",
+)
+
+STATUS = {
+    "invalid": 400,
+    "policy_rejected": 400,
+    "bad_frame": 400,
+    "refused": 400,
+    "authentication_failed": 401,
+    "not_authorised": 403,
+    "not_found": 404,
+}
+
+
+@api.exception_handler(BrokerError)
+def refused(request: HttpRequest, error: BrokerError):
+    return api.create_response(request, error.as_dict(), status=STATUS.get(error.code, 400))
+
+
+@api.exception_handler(SchemaError)
+def malformed(request: HttpRequest, error: SchemaError):
+    first = error.errors[0]
+    where = ".".join(str(part) for part in first["loc"] if part not in ("body", "payload"))
+    body = {"code": "invalid", "message": f"{where}: {first['msg']}", "field": where or None}
+    return api.create_response(request, body, status=400)
+
+
+@api.exception_handler(AuthenticationError)
+def unauthenticated(request: HttpRequest, error: AuthenticationError):
+    body = AuthenticationFailed("a valid bearer token is needed").as_dict()
+    return api.create_response(request, body, status=401)
+
+
+# Who is calling -------------------------------------------------------------------------
+
+
+class ClientToken(HttpBearer):
+    openapi_scheme = "bearer"
+
+    def authenticate(self, request, token: str) -> Client | None:
+        if not token.startswith("snt_"):
+            return None
+        return clients.authenticate_client(token)
+
+
+class OperatorToken(HttpBearer):
+    def authenticate(self, request, token: str):
+        if not token.startswith("sno_"):
+            return None
+        return operators.authenticate_operator(token)
+
+
+class AuthorityKey(HttpBearer):
+    def authenticate(self, request, token: str) -> Authority | None:
+        if not token.startswith("sna_"):
+            return None
+        return authorities.authenticate_authority(token)
+
+
+def operator_with(request: HttpRequest, permission: str, action: str, target: str) -> Actor:
+    """The calling operator as an audit actor, if they hold `permission`."""
+    user = request.auth
+    actor = Actor("user", user.username)
+    if not user.has_perm(permission):
+        error = NotAuthorised(f"{user.username} lacks the permission {permission}")
+        audit.record_refusal(actor=actor, action=action, target=target, reason=error.message)
+        raise error
+    return actor
+
+
+# Events ---------------------------------------------------------------------------------
+
+
+class EventIn(Schema):
+    content: dict[str, Any]
+    selector: str = ""
+    lifetime_s: StrictInt = 60
+    channel: str = "default"
+
+
+class PublishedOut(Schema):
+    event: UUID
+    channel: str
+    sequence: int
+    published_at: datetime
+    expires_at: datetime
+
+
+class PreviewIn(Schema):
+    content: dict[str, Any]
+    selector: str = ""
+
+
+class PreviewOut(Schema):
+    count: int
+    receivers: list[str]
+
+
+class DeliveryOut(Schema):
+    receiver: str
+    state: str
+    delivered_at: datetime
+    acked_at: datetime | None
+    result: dict[str, Any] | None
+
+
+class EventStatusOut(Schema):
+    event: UUID
+    sender: str
+    channel: str
+    sequence: int
+    content: dict[str, Any]
+    selector: str
+    published_at: datetime
+    expires_at: datetime
+    counts: dict[str, int]
+    deliveries: list[DeliveryOut]
+
+
+@api.post("/events", auth=ClientToken(), response={201: PublishedOut}, tags=["events"])
+def publish(request: HttpRequest, payload: EventIn):
+    """Publish an event as the calling client; it is routed once committed."""
+    event = events.publish_event(
+        sender=request.auth, actor=Actor("client", request.auth.name), **payload.dict()
+    )
+    return 201, _published(event)
+
+
+def _published(event: Event) -> dict:
+    return {
+        "event": event.pk,
+        "channel": event.channel,
+        "sequence": event.sequence,
+        "published_at": event.published_at,
+        "expires_at": event.expires_at,
+    }
+
+
+@api.post("/events/preview", auth=ClientToken(), response=PreviewOut, tags=["events"])
+def preview(request: HttpRequest, payload: PreviewIn):
+    """Who would receive this event if the calling client published it now."""
+    selector = events.check_event(
+        sender=request.auth, content=payload.content, selector=payload.selector
+    )
+    names = selectors.preview_receivers(
+        sender=request.auth, content=payload.content, selector=selector
+    )
+    return {"count": len(names), "receivers": names}
+
+
+@api.get(
+    "/events/{event_id}",
+    auth=[ClientToken(), OperatorToken()],
+    response=EventStatusOut,
+    tags=["events"],
+)
+def event_status(request: HttpRequest, event_id: UUID):
+    """An event and what became of it at each receiver. Clients see their own events;
+    operators need the permission to view deliveries."""
+    event = Event.objects.select_related("sender").filter(pk=event_id).first()
+    if isinstance(request.auth, Client):
+        if event is None or event.sender_id != request.auth.pk:
+            raise NotFound(f"no event {event_id} sent by {request.auth.name}", field="event_id")
+    else:
+        operator_with(request, "broker.view_delivery", "event.read", f"event:{event_id}")
+        if event is None:
+            raise NotFound(f"no event {event_id}", field="event_id")
+    return _status(event)
+
+
+def _status(event: Event) -> dict:
+    deliveries = list(
+        Delivery.objects.filter(event=event).select_related("receiver").order_by("receiver__name")
+    )
+    counts = {state: 0 for state in Delivery.State.values}
+    for delivery in deliveries:
+        counts[delivery.state] += 1
+    return {
+        **_published(event),
+        "sender": event.sender.name,
+        "content": event.content,
+        "selector": event.selector,
+        "counts": counts,
+        "deliveries": [
+            {
+                "receiver": d.receiver.name,
+                "state": d.state,
+                "delivered_at": d.delivered_at,
+                "acked_at": d.acked_at,
+                "result": d.result,
+            }
+            for d in deliveries
+        ],
+    }
+
+
+# Clients --------------------------------------------------------------------------------
+
+
+class ClientIn(Schema):
+    name: str
+    model: str
+    can_send: StrictBool = False
+    can_receive: StrictBool = True
+
+
+class ClientOut(Schema):
+    name: str
+    model: str
+    can_send: bool
+    can_receive: bool
+    is_active: bool
+    attributes: dict[str, Any]
+
+
+class RegisteredOut(Schema):
+    name: str
+    secret: str
+
+
+class TokenOut(Schema):
+    token: str
+
+
+class RevokedOut(Schema):
+    revoked: int
+
+
+@api.get("/clients", auth=OperatorToken(), response=list[ClientOut], tags=["clients"])
+def list_clients(request: HttpRequest, model: str = "", offset: int = 0, limit: int = 100):
+    """Clients with their current attributes, by name; `limit` at most 1000."""
+    operator_with(request, "broker.view_client", "client.list", "clients")
+    query = Client.objects.select_related("model").order_by("name")
+    if model:
+        query = query.filter(model__name=model)
+    page = list(query[max(0, offset) : max(0, offset) + min(max(limit, 1), 1000)])
+    return [_client_out(client) for client in page]
+
+
+def _client_out(client: Client) -> dict:
+    return {
+        "name": client.name,
+        "model": client.model.name,
+        "can_send": client.can_send,
+        "can_receive": client.can_receive,
+        "is_active": client.is_active,
+        "attributes": selectors.current_attributes(client),
+    }
+
+
+@api.post("/clients", auth=OperatorToken(), response={201: RegisteredOut}, tags=["clients"])
+def register(request: HttpRequest, payload: ClientIn):
+    """Register a client; its secret is in this answer only."""
+    actor = operator_with(request, "broker.add_client", "client.register", payload.name)
+    model = ClientModel.objects.filter(name=payload.model).first()
+    if model is None:
+        raise NotFound(f"no client model named {payload.model!r}", field="model")
+    client, secret = clients.register_client(
+        name=payload.name,
+        model=model,
+        can_send=payload.can_send,
+        can_receive=payload.can_receive,
+        actor=actor,
+    )
+    return 201, {"name": client.name, "secret": secret}
+
+
+def _client_named(name: str) -> Client:
+    client = Client.objects.select_related("model").filter(name=name).first()
+    if client is None:
+        raise NotFound(f"no client named {name!r}", field="name")
+    return client
+
+
+@api.post(
+    "/clients/{name}/tokens", auth=OperatorToken(), response={201: TokenOut}, tags=["clients"]
+)
+def issue_token(request: HttpRequest, name: str):
+    """A new token for a provisioned agent; shown in this answer only."""
+    actor = operator_with(request, "broker.change_client", "client.issue_token", name)
+    return 201, {"token": clients.issue_token(client=_client_named(name), actor=actor)}
+
+
+@api.delete("/clients/{name}/tokens", auth=OperatorToken(), response=RevokedOut, tags=["clients"])
+def revoke_tokens(request: HttpRequest, name: str):
+    """Revoke every token of a client; its open sessions end."""
+    actor = operator_with(request, "broker.change_client", "client.revoke_tokens", name)
+    return {"revoked": clients.revoke_tokens(client=_client_named(name), actor=actor)}
+
+
+# Attestations ---------------------------------------------------------------------------
+
+
+class AttestationIn(Schema):
+    grant_key: str
+    values: dict[str, Any]
+    expires_at: datetime | None = None
+
+
+class RevocationIn(Schema):
+    names: list[str]
+
+
+@api.post("/clients/{name}/attestations", auth=AuthorityKey(), tags=["attestations"])
+def attest(request: HttpRequest, name: str, payload: AttestationIn):
+    """The calling authority sets attributes on a client that granted it permission."""
+    authorities.attest_attributes(
+        authority=request.auth,
+        client=_client_named(name),
+        grant_key=payload.grant_key,
+        values=payload.values,
+        expires_at=payload.expires_at,
+    )
+    return {"attested": sorted(payload.values)}
+
+
+@api.post(
+    "/clients/{name}/attestations/revoke",
+    auth=AuthorityKey(),
+    response=RevokedOut,
+    tags=["attestations"],
+)
+def revoke_attestation(request: HttpRequest, name: str, payload: RevocationIn):
+    """The calling authority withdraws values it attested."""
+    count = authorities.revoke_attestation(
+        authority=request.auth, client=_client_named(name), names=payload.names
+    )
+    return {"revoked": count}
