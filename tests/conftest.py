@@ -156,6 +156,19 @@ def operator(django_user_model):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def no_lingering_connections_in_the_test_process():
+    """Threads of this process (async helpers) open connections of their own that no
+    one closes; kept for DATABASE_CONN_MAX_AGE_S they would stop PostgreSQL from
+    dropping the test database. Servers and workers, separate processes, keep theirs."""
+    from django.db import connections
+
+    for alias in connections.settings:
+        connections.settings[alias]["CONN_MAX_AGE"] = 0
+    for connection in connections.all(initialized_only=True):
+        connection.settings_dict["CONN_MAX_AGE"] = 0
+
+
+@pytest.fixture(scope="session", autouse=True)
 def close_audit_connection(django_db_setup, django_db_blocker):
     """The `audit` alias has a connection of its own: close it before the test
     database is dropped, or PostgreSQL refuses to drop a database in use."""

@@ -11,13 +11,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from broker import audit, tree_changes
+from broker.attribute_store import printable, write_values
 from broker.attributes import check_values
 from broker.audit import Actor
 from broker.credentials import key_digest, new_secret
 from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
 from broker.models import AttestationGrant, AttributeValue, Authority, Client, ModelAttribute
 from broker.selectors import declared_types
-from broker.services.clients import _printable, _write_values
 
 
 def create_authority(
@@ -108,14 +108,14 @@ def attest_attributes(
         actor=actor,
         action="attributes.attest",
         target=f"client:{client.name}",
-        details={"attempted": _printable(values)},
+        details={"attempted": printable(values)},
     ):
         _check_grant(authority, client, grant_key)
         checked = check_values(declared_types(client), values)
         _check_capabilities(authority, client, checked)
         _check_expiry(expires_at)
     with transaction.atomic():
-        _write_values(
+        write_values(
             client,
             checked,
             source=AttributeValue.Source.AUTHORITY,

@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from broker import audit, notify, tree_changes
+from broker.attribute_store import printable, write_values
 from broker.attributes import check_values
 from broker.audit import Actor
 from broker.credentials import key_digest, new_secret
@@ -184,12 +185,12 @@ def state_attributes(*, client: Client, values: Mapping[str, Any], actor: Actor)
         actor=actor,
         action="attributes.state",
         target=f"client:{client.name}",
-        details={"attempted": _printable(values)},
+        details={"attempted": printable(values)},
     ):
         checked = check_values(declared_types(client), values)
         _refuse_reserved(client, checked)
     with transaction.atomic():
-        _write_values(client, checked, source=AttributeValue.Source.CLIENT)
+        write_values(client, checked, source=AttributeValue.Source.CLIENT)
         audit.record_change(
             actor=actor,
             action="attributes.state",
@@ -211,37 +212,3 @@ def _refuse_reserved(client: Client, values: Mapping[str, Any]) -> None:
             f"{names} may only be set by an authority, not stated by the client itself",
             field=sorted(reserved)[0],
         )
-
-
-def _write_values(
-    client: Client,
-    values: Mapping[str, Any],
-    *,
-    source: str,
-    authority=None,
-    expires_at=None,
-) -> None:
-    now = timezone.now()
-    for name, value in values.items():
-        AttributeValue.objects.update_or_create(
-            client=client,
-            name=name,
-            defaults={
-                "value": value,
-                "source": source,
-                "authority": authority,
-                "set_at": now,
-                "expires_at": expires_at,
-                "revoked_at": None,
-            },
-        )
-
-
-def _printable(values: Any) -> Any:
-    """Values as they can be stored in an audit entry's JSON."""
-    if isinstance(values, Mapping):
-        return {
-            str(k): v if isinstance(v, str | int | float | bool) else repr(v)
-            for k, v in values.items()
-        }
-    return repr(values)
