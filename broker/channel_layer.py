@@ -16,6 +16,9 @@ from collections import defaultdict
 from typing import Any
 
 from channels_redis.core import RedisChannelLayer
+from redis.asyncio import BlockingConnectionPool
+
+POOL_WAIT_S = 30
 
 # The same admission as channels_redis' group_send: per channel key, add the message
 # unless the key is at capacity; return how many were over capacity.
@@ -40,7 +43,14 @@ class ChannelFullError(RuntimeError):
 
 
 class FanoutRedisChannelLayer(RedisChannelLayer):
-    """RedisChannelLayer with `group_send_each`."""
+    """RedisChannelLayer with `group_send_each`, on a pool that waits for a free
+    connection instead of failing: thousands of agents logging in at once each add a
+    group, and redis-py's plain pool raises when its limit is reached."""
+
+    def create_pool(self, index: int):
+        host = dict(self.hosts[index])
+        address = host.pop("address")
+        return BlockingConnectionPool.from_url(address, timeout=POOL_WAIT_S, **host)
 
     async def group_send_each(self, payloads: dict[str, Any], *, message_type: str) -> None:
         """Send every group in `payloads` its own payload. A consumer receives

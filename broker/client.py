@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import websockets
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, WebSocketException
 
 RECONNECT_FIRST_S = 0.5
 RECONNECT_MAX_S = 30.0
@@ -189,7 +189,7 @@ class Agent:
                 delay = RECONNECT_FIRST_S
                 async for notification in self.notifications():
                     await self._handle(handler, notification)
-            except (ConnectionClosed, OSError, TimeoutError) as error:
+            except (WebSocketException, OSError, TimeoutError) as error:
                 if not reconnect:
                     raise
                 print(f"[agent] connection lost ({error}); again in {delay:.1f} s", file=sys.stderr)

@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import WebSocketException
 
 from broker.client import Agent, Notification, Result, SessionEnded
 
@@ -138,7 +138,7 @@ async def _start_later(server: SimulatedServer, delay_s: float) -> None:
         try:
             await server.start()
             return
-        except (OSError, TimeoutError, ConnectionClosed) as error:
+        except (OSError, TimeoutError, WebSocketException) as error:
             print(f"[fleet] {server.hostname}: {error}; again in {backoff:.1f} s", file=sys.stderr)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 10.0)

@@ -131,9 +131,9 @@ CHANNEL_LAYERS = {
             # redis-py 8 reads with a 5 s socket timeout by default, which is exactly how
             # long the layer's BZPOPMIN waits on an idle channel: every idle consumer
             # would die of a read timeout. The layer bounds its own waits.
-            # A fleet logging in at once adds many groups concurrently: redis-py 8's
-            # default pool (100 connections) would refuse some.
-            "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "max_connections": 1000}],
+            # A pool of this many connections per process; callers beyond it wait
+            # (broker.channel_layer) rather than fail.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "max_connections": 200}],
             "prefix": "sn-channels",
             # Messages wait per *process* (every consumer of a Daphne process shares one
             # Redis key), and a full channel drops messages silently. The default of 100
