@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import secrets
+import socket
 import statistics
 import subprocess
 import sys
@@ -44,27 +45,34 @@ def start(argv: list[str], env: dict[str, str], **options) -> subprocess.Popen:
     return subprocess.Popen(argv, env=env, cwd=ROOT, start_new_session=True, **options)
 
 
-def start_console(env: dict[str, str], workers: int) -> list[subprocess.Popen]:
-    """Daphne, and Celery workers serving the whole tree."""
+def listening_socket() -> socket.socket:
+    """One listening socket that every Daphne process accepts from."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", PORT))
+    listener.listen(4096)
+    listener.set_inheritable(True)
+    return listener
+
+
+def start_console(env: dict[str, str], workers: int, web: int) -> list[subprocess.Popen]:
+    """`web` Daphne processes sharing one socket, and Celery workers for the tree."""
     from broker.models import Dispatcher
 
     queues = ",".join(["celery"] + [d.queue for d in Dispatcher.objects.all()])
     bin_dir = Path(sys.executable).parent
-    daphne = [
-        str(bin_dir / "daphne"),
-        "-b",
-        "127.0.0.1",
-        "-p",
-        str(PORT),
-        "console.asgi:application",
-    ]
+    listener = listening_socket()
+    daphne = [str(bin_dir / "daphne"), "--fd", str(listener.fileno())]
+    daphne.append("console.asgi:application")
     worker = [
         str(bin_dir / "celery"), "-A", "console", "worker", "--loglevel", "ERROR", "--pool",
         "solo", "--without-gossip", "--without-mingle", "--without-heartbeat", "--queues", queues,
     ]  # fmt: skip
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     log = open(ROOT / "var" / "bench" / "daphne.log", "w")  # noqa: SIM115 (the process keeps it)
-    processes = [start(daphne, env, stdout=log, stderr=log)]
+    shared = {"stdout": log, "stderr": log, "pass_fds": (listener.fileno(),)}
+    processes = [start(daphne, env, **shared) for _ in range(web)]
+    listener.close()  # the Daphne processes hold it now
     for index in range(workers):
         argv = [*worker, "--hostname", f"fleet{index}-{secrets.token_hex(3)}@%h"]
         processes.append(start(argv, env, **quiet))
@@ -187,7 +195,7 @@ def run(args, env: dict[str, str]) -> None:
     started = time.monotonic()
     load_scenario(servers=args.agents)
     print(f"set-up: scenario with {args.agents} web servers in {time.monotonic() - started:.1f} s")
-    console = start_console(env, args.workers)
+    console = start_console(env, args.workers, args.web)
     stats_dir = tempfile.mkdtemp(prefix="sn-fleet-bench-")
     fleet = None
     try:
@@ -223,6 +231,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2, help="fleet processes")
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--web", type=int, default=1, help="Daphne processes (one socket)")
     args = parser.parse_args()
     env = dict(os.environ)
     env.setdefault("SECRET_KEY", secrets.token_urlsafe(40))
@@ -230,7 +239,7 @@ def main() -> None:
     started = provide_services(env)
     print(
         f"fleet: {args.agents} agents in {args.processes} processes, {args.workers} workers,"
-        f" 1 Daphne, {args.rounds} rounds",
+        f" {args.web} Daphne, {args.rounds} rounds",
         flush=True,
     )
     try:

@@ -5,6 +5,7 @@ Used by the /healthz page (humans, htmx) and /healthz.json (monitors).
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import Callable
@@ -74,10 +75,13 @@ def probe_channel_layer() -> str:
 
 
 async def _channel_layer_round_trip(layer) -> str:
-    channel = await layer.new_channel(prefix="health.")
+    # The default prefix: channels_redis reads every channel of a process from one key
+    # per prefix, under one lock, so a channel of another prefix would wait forever
+    # whenever a consumer of this process is already receiving.
+    channel = await layer.new_channel()
     token = secrets.token_hex(8)
     await layer.send(channel, {"type": "health.ping", "token": token})
-    message = await layer.receive(channel)
+    message = await asyncio.wait_for(layer.receive(channel), settings.HEALTH_CHECK_TIMEOUT_S)
     if message.get("token") != token:
         raise RuntimeError("the channel layer returned a different message")
     return f"{type(layer).__name__} send/receive"

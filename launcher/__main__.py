@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -74,16 +75,36 @@ def manage(env: dict[str, str], *args: str, capture: bool = False) -> str:
     return (result.stdout or "").strip()
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The web server's listening socket, made here so that several processes share it;
+    a port in use fails now, with a clear message."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host.strip("[]"), port))
+    except OSError as error:
+        raise SystemExit(f"[launcher] cannot listen on {host}:{port}: {error}") from None
+    listener.listen(4096)
+    listener.set_inheritable(True)
+    return listener
+
+
 def start_console(
     supervisor: Supervisor, env: dict[str, str], *, host: str, port: int, queues: str
 ) -> None:
     """The web server, a worker serving the whole dispatcher tree, and the beat."""
     python_bin = Path(sys.executable).parent
-    supervisor.start(
-        "web",
-        [str(python_bin / "daphne"), "-b", host, "-p", str(port), "console.asgi:application"],
-        env,
-    )
+    # Several Daphne processes accept from one listening socket: a push to a thousand
+    # agents is bound by one process's single thread, so it is split across cores.
+    listener = listening_socket(host, port)
+    daphne = [str(python_bin / "daphne"), "--fd", str(listener.fileno())]
+    daphne.append("console.asgi:application")
+    processes = env_int("WEB_PROCESSES", 2, minimum=1)
+    for index in range(processes):
+        name = "web" if processes == 1 else f"web{index + 1}"
+        supervisor.start(name, daphne, env, pass_fds=(listener.fileno(),))
+    listener.close()  # the web processes hold it
     supervisor.start(
         "worker",
         [

@@ -41,7 +41,9 @@ class Supervisor:
     children: list[Child] = field(default_factory=list)
     stopping: threading.Event = field(default_factory=threading.Event)
 
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> Child:
+    def start(
+        self, name: str, argv: list[str], env: dict[str, str], *, pass_fds: tuple[int, ...] = ()
+    ) -> Child:
         """Start `argv` in its own session so Ctrl-C reaches only the launcher."""
         process = subprocess.Popen(
             argv,
@@ -50,6 +52,7 @@ class Supervisor:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_die_with_parent,
+            pass_fds=pass_fds,
         )
         child = Child(name, process)
         self.children.append(child)

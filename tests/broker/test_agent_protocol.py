@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.request
 
 import pytest
 from channels.db import database_sync_to_async as in_thread
@@ -363,3 +364,14 @@ def test_an_idle_session_outlives_the_channel_layers_blocking_read(asgi_server, 
         time.sleep(6.5)
         ws.send('{"type": "heartbeat", "ref": "still"}')
         assert json.loads(ws.recv(timeout=10))["ref"] == "still"
+
+
+def test_the_health_check_answers_while_agents_are_listening(asgi_server, cast):
+    # A connected consumer holds the process's channel-layer receive; the health
+    # check's own channel must still get its echo (it used to wait forever).
+    with connect(agent_url(asgi_server)) as ws:
+        logged_in(ws, cast["server"])
+        with urllib.request.urlopen(asgi_server + "/healthz.json", timeout=20) as response:
+            health = json.loads(response.read())
+    layer = next(c for c in health["checks"] if c["name"] == "channel layer")
+    assert layer["ok"], layer
