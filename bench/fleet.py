@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,7 +33,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.services import fresh_database, provide_services  # noqa: E402
+from bench.services import (  # noqa: E402
+    fresh_database,
+    provide_services,
+    wait_for_tree_idle,
+    worker_argv,
+)
+from launcher.supervisor import listening_socket  # noqa: E402
 
 PORT = int(os.environ.get("BENCH_PORT", "8931"))
 ROUND_TIMEOUT_S = 60.0
@@ -45,37 +50,18 @@ def start(argv: list[str], env: dict[str, str], **options) -> subprocess.Popen:
     return subprocess.Popen(argv, env=env, cwd=ROOT, start_new_session=True, **options)
 
 
-def listening_socket() -> socket.socket:
-    """One listening socket that every Daphne process accepts from."""
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", PORT))
-    listener.listen(4096)
-    listener.set_inheritable(True)
-    return listener
-
-
 def start_console(env: dict[str, str], workers: int, web: int) -> list[subprocess.Popen]:
     """`web` Daphne processes sharing one socket, and Celery workers for the tree."""
-    from broker.models import Dispatcher
-
-    queues = ",".join(["celery"] + [d.queue for d in Dispatcher.objects.all()])
-    bin_dir = Path(sys.executable).parent
-    listener = listening_socket()
-    daphne = [str(bin_dir / "daphne"), "--fd", str(listener.fileno())]
+    listener = listening_socket("127.0.0.1", PORT)
+    daphne = [str(Path(sys.executable).parent / "daphne"), "--fd", str(listener.fileno())]
     daphne.append("console.asgi:application")
-    worker = [
-        str(bin_dir / "celery"), "-A", "console", "worker", "--loglevel", "ERROR", "--pool",
-        "solo", "--without-gossip", "--without-mingle", "--without-heartbeat", "--queues", queues,
-    ]  # fmt: skip
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     log = open(ROOT / "var" / "bench" / "daphne.log", "w")  # noqa: SIM115 (the process keeps it)
     shared = {"stdout": log, "stderr": log, "pass_fds": (listener.fileno(),)}
     processes = [start(daphne, env, **shared) for _ in range(web)]
     listener.close()  # the Daphne processes hold it now
     for index in range(workers):
-        argv = [*worker, "--hostname", f"fleet{index}-{secrets.token_hex(3)}@%h"]
-        processes.append(start(argv, env, **quiet))
+        processes.append(start(worker_argv(f"fleet{index}"), env, **quiet))
     return processes
 
 
@@ -97,17 +83,6 @@ def start_fleet(env, agents: int, processes: int, stats_dir: str) -> tuple[subpr
         if line.startswith("{"):
             ready += json.loads(line)["ready"]
     return fleet, time.monotonic() - started
-
-
-def wait_for_tree_idle(timeout_s: float = 300.0) -> None:
-    from broker.models import Dispatcher
-    from broker.routing import pending_tree_work
-
-    queues = ["celery"] + [d.queue for d in Dispatcher.objects.all()]
-    deadline, quiet = time.monotonic() + timeout_s, 0
-    while time.monotonic() < deadline and quiet < 5:
-        quiet = quiet + 1 if pending_tree_work(queues) == 0 else 0
-        time.sleep(0.2)
 
 
 def wait_for_answers(event, expected: int) -> None:
@@ -199,11 +174,11 @@ def run(args, env: dict[str, str]) -> None:
     stats_dir = tempfile.mkdtemp(prefix="sn-fleet-bench-")
     fleet = None
     try:
-        wait_for_tree_idle()
+        wait_for_tree_idle(timeout_s=300)
         fleet, connect_s = start_fleet(env, args.agents, args.processes, stats_dir)
         print(f"{'connect':>34}: {args.agents} agents logged in and advertised in {connect_s:.1f} s"
               f" ({args.agents / connect_s:.0f} per second)", flush=True)  # fmt: skip
-        wait_for_tree_idle()
+        wait_for_tree_idle(timeout_s=300)
         iis = Client.objects.filter(name__startswith="web-", attribute_values__name="software",
                                     attribute_values__value="IIS").count()  # fmt: skip
         publish_rounds(args.rounds, args.agents, iis)

@@ -32,7 +32,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.services import fresh_database, provide_services  # noqa: E402
+from bench.services import (  # noqa: E402
+    fresh_database,
+    provide_services,
+    tree_queues,
+    wait_for_tree_idle,
+    worker_argv,
+)
 
 PING_TIMEOUT_S = 2.0
 ATTRIBUTE_CHANGE_S = 10.0
@@ -89,68 +95,26 @@ def create_cast(pongers: int) -> Cast:
 
 
 def start_workers(env: dict[str, str], count: int, matching: bool) -> list[subprocess.Popen]:
-    from django.conf import settings
-
-    from broker.models import Dispatcher
-
-    queues = ",".join(["celery"] + [d.queue for d in Dispatcher.objects.all()])
     worker_env = {**env, "TREE_MATCHING": "true" if matching else "false"}
-    celery = str(Path(sys.executable).parent / "celery")
-    workers = [
+    return [
         subprocess.Popen(
-            [
-                celery,
-                "-A",
-                "console",
-                "worker",
-                "--loglevel",
-                "ERROR",
-                "--pool",
-                os.environ.get("BENCH_POOL", "solo"),
-                "--concurrency",
-                "1",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "--hostname",
-                f"bench{index}-{secrets.token_hex(3)}@%h",
-                "--queues",
-                queues,
-            ],
-            env=worker_env,
-            cwd=ROOT,
-            start_new_session=True,
+            worker_argv(f"bench{index}"), env=worker_env, cwd=ROOT, start_new_session=True
         )
         for index in range(count)
     ]
-    del settings
-    return workers
 
 
 def forget_earlier_tasks() -> None:
     """Tasks an earlier mode left queued name ids of a dropped database: purge them."""
     from broker import wakeups
-    from broker.models import Dispatcher
     from console.celery import app
 
     with app.connection_for_write() as connection:
-        for queue in ["celery"] + [d.queue for d in Dispatcher.objects.all()]:
+        for queue in tree_queues():
             connection.default_channel.queue_purge(queue)
         connection.default_channel.client.delete("unacked", "unacked_index")
     flags = wakeups._redis()
     flags.delete("-", *flags.keys(wakeups.FLAG.format(kind="*", dispatcher="*")))
-
-
-def wait_for_tree_idle(timeout_s: float = 120.0) -> None:
-    """Until the change tasks of the set-up have all run."""
-    from broker.models import Dispatcher
-    from broker.routing import pending_tree_work
-
-    queues = ["celery"] + [d.queue for d in Dispatcher.objects.all()]
-    deadline, quiet = time.monotonic() + timeout_s, 0
-    while time.monotonic() < deadline and quiet < 5:
-        quiet = quiet + 1 if pending_tree_work(queues) == 0 else 0
-        time.sleep(0.1)
 
 
 @dataclass
@@ -281,7 +245,7 @@ def run_mode(env: dict[str, str], args, matching: bool) -> Results:
     cast = create_cast(args.pongers)
     workers = start_workers(env, args.workers, matching)
     try:
-        wait_for_tree_idle()
+        wait_for_tree_idle(timeout_s=120)
         results = asyncio.run(Experiment(cast, args.duration, args.threads).run())
     finally:
         for worker in workers:

@@ -1,9 +1,13 @@
-"""Private PostgreSQL and Redis for the benchmarks, and a fresh database per run."""
+"""What the benchmarks share: private PostgreSQL and Redis, a fresh database per run,
+Celery workers for the whole tree, and waiting for the tree to go quiet."""
 
 from __future__ import annotations
 
+import os
+import secrets
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,3 +49,32 @@ def fresh_database(env: dict[str, str]) -> None:
         connection.execute(f'CREATE DATABASE "{name}"')
     manage = [sys.executable, str(ROOT / "manage.py")]
     subprocess.run([*manage, "migrate", "-v", "0"], env=env, check=True)
+
+
+def tree_queues() -> list[str]:
+    """The default queue and every dispatcher's queue, as the database has them."""
+    from broker.models import Dispatcher
+
+    return ["celery"] + [d.queue for d in Dispatcher.objects.all()]
+
+
+def worker_argv(name: str) -> list[str]:
+    """A Celery worker serving the whole tree, one process (BENCH_POOL picks the pool)."""
+    celery = str(Path(sys.executable).parent / "celery")
+    return [
+        celery, "-A", "console", "worker", "--loglevel", "ERROR",
+        "--pool", os.environ.get("BENCH_POOL", "solo"), "--concurrency", "1",
+        "--without-gossip", "--without-mingle", "--without-heartbeat",
+        "--hostname", f"{name}-{secrets.token_hex(3)}@%h", "--queues", ",".join(tree_queues()),
+    ]  # fmt: skip
+
+
+def wait_for_tree_idle(timeout_s: float) -> None:
+    """Until no tree work is queued, running or waiting in an inbox, five checks running."""
+    from broker.routing import pending_tree_work
+
+    queues = tree_queues()
+    deadline, quiet = time.monotonic() + timeout_s, 0
+    while time.monotonic() < deadline and quiet < 5:
+        quiet = quiet + 1 if pending_tree_work(queues) == 0 else 0
+        time.sleep(0.1)

@@ -41,7 +41,6 @@ api = NinjaAPI(
 STATUS = {
     "invalid": 400,
     "policy_rejected": 400,
-    "bad_frame": 400,
     "refused": 400,
     "authentication_failed": 401,
     "not_authorised": 403,

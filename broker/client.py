@@ -198,9 +198,7 @@ class Agent:
                 delay = min(delay * 2, RECONNECT_MAX_S)
 
     async def _handle(self, handler: Handler | None, notification: Notification) -> None:
-        outcome = handler(notification) if handler is not None else None
-        if inspect.isawaitable(outcome):
-            outcome = await outcome
+        outcome = await _outcome(handler, notification)
         if outcome is not None:  # a handler that returns nothing leaves it unanswered
             status, result = outcome
             await self.ack(notification.delivery, status, result)
@@ -237,6 +235,12 @@ class Agent:
         self._pending.clear()
         if not self._closing:  # our own close() is not news to the notification reader
             self._notifications.put_nowait(error)
+
+
+async def _outcome(handler: Handler | None, notification: Notification) -> Result | None:
+    """What a handler, plain or async, made of a notification (None without one)."""
+    outcome = handler(notification) if handler is not None else None
+    return await outcome if inspect.isawaitable(outcome) else outcome
 
 
 def _closing_error(closed: ConnectionClosed | None, socket=None) -> BaseException:
@@ -349,8 +353,7 @@ def _printing(handler: Handler | None) -> Handler:
 
     async def run(notification: Notification) -> Result | None:
         print(json.dumps(asdict(notification)), flush=True)
-        outcome = handler(notification) if handler is not None else None
-        return await outcome if inspect.isawaitable(outcome) else outcome
+        return await _outcome(handler, notification)
 
     return run
 

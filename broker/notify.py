@@ -55,17 +55,18 @@ def push(deliveries: Iterable[Pushed]) -> None:
     for delivery in deliveries:
         by_receiver.setdefault(delivery.receiver_id, []).append(delivery.as_message())
     if by_receiver:
-        future = asyncio.run_coroutine_threadsafe(_send_all(by_receiver), _push_loop())
-        future.result(timeout=PUSH_TIMEOUT_S)
+        _on_push_loop(_send_all(by_receiver))
 
 
 def end_sessions(client_id: int) -> None:
     """Tell every live connection of the client that its tokens were revoked."""
-    future = asyncio.run_coroutine_threadsafe(
-        get_channel_layer().group_send(client_group(client_id), {"type": SESSION_REVOKED}),
-        _push_loop(),
-    )
-    future.result(timeout=PUSH_TIMEOUT_S)
+    layer = get_channel_layer()
+    _on_push_loop(layer.group_send(client_group(client_id), {"type": SESSION_REVOKED}))
+
+
+def _on_push_loop(coroutine) -> None:
+    """Run `coroutine` on the process's push loop and wait for it (errors surface)."""
+    asyncio.run_coroutine_threadsafe(coroutine, _push_loop()).result(timeout=PUSH_TIMEOUT_S)
 
 
 SESSION_REVOKED = "session.revoked"

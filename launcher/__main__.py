@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from console.env import ConfigurationError, env_int
 from launcher.embedded import EmbeddedPostgres, EmbeddedRedis
-from launcher.supervisor import Supervisor
+from launcher.supervisor import Supervisor, listening_socket
 
 ROOT = Path(__file__).resolve().parent.parent
 VAR = ROOT / "var"
@@ -73,21 +72,6 @@ def manage(env: dict[str, str], *args: str, capture: bool = False) -> str:
         text=True,
     )
     return (result.stdout or "").strip()
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """The web server's listening socket, made here so that several processes share it;
-    a port in use fails now, with a clear message."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind((host.strip("[]"), port))
-    except OSError as error:
-        raise SystemExit(f"[launcher] cannot listen on {host}:{port}: {error}") from None
-    listener.listen(4096)
-    listener.set_inheritable(True)
-    return listener
 
 
 def start_console(

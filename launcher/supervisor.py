@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -90,3 +91,18 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 os.killpg(child.process.pid, signal.SIGKILL)
                 child.process.wait()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The web server's listening socket, made here so that several processes share it;
+    a port in use fails now, with a clear message."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host.strip("[]"), port))
+    except OSError as error:
+        raise SystemExit(f"cannot listen on {host}:{port}: {error}") from None
+    listener.listen(4096)
+    listener.set_inheritable(True)
+    return listener

@@ -10,12 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django.utils import timezone
-
 from broker import audit
 from broker.audit import Actor
 from broker.errors import InvalidInput
-from broker.models import Client, ClientToken
+from broker.models import Client
 from broker.services.clients import authenticate_client, state_attributes
 from broker.services.deliveries import acknowledge_delivery
 from broker.services.events import publish_event
@@ -27,11 +25,7 @@ def authenticate_agent(*, token: str, peer: str) -> Client:
     with audit.refusals_recorded(
         actor=Actor("agent", peer), action="agent.login", target="agent-socket"
     ):
-        client = authenticate_client(token)
-    ClientToken.objects.filter(client=client, revoked_at__isnull=True).update(
-        last_used_at=timezone.now()
-    )
-    return client
+        return authenticate_client(token)
 
 
 def advertise(*, client: Client, values: Mapping[str, Any], actor: Actor) -> None:

@@ -157,6 +157,7 @@ def authenticate_client(token: str) -> Client:
     )
     if found is None:
         raise AuthenticationFailed("the token is unknown or revoked")
+    ClientToken.objects.filter(pk=found.pk).update(last_used_at=timezone.now())
     return found.client
 
 

@@ -14,22 +14,17 @@ from channels.db import database_sync_to_async as in_thread
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from broker.audit import Actor
 from broker.client import Agent, AgentError, SessionEnded
 from broker.models import AuditEntry, Delivery
 from broker.scenario import load_scenario
 from broker.services.clients import issue_token, revoke_tokens
+from tests.broker.agent_helpers import ISSUER, agent_url
 from tests.broker.tree_helpers import wait_until_idle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ISSUER = Actor("system", "tests")
 COMMAND = {"kind": "command", "action": "disable-cgi"}
 IIS_SELECTOR = 'receiver.software == "IIS"'
-
-
-def agent_url(base_url: str) -> str:
-    return base_url.replace("http://", "ws://") + "/ws/agent/v1/"
 
 
 @pytest.fixture

@@ -11,20 +11,15 @@ import time
 
 import pytest
 
-from broker.audit import Actor
 from broker.models import Delivery
 from broker.scenario import load_scenario
 from broker.services.clients import issue_token
+from tests.broker.agent_helpers import ISSUER, agent_url, wait_for
 from tests.broker.tree_helpers import wait_until_idle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ISSUER = Actor("system", "tests")
 SELECTOR = 'receiver.software == "IIS"'
-
-
-def agent_url(base_url: str) -> str:
-    return base_url.replace("http://", "ws://") + "/ws/agent/v1/"
 
 
 def without_django() -> dict[str, str]:
@@ -75,7 +70,8 @@ def test_a_listening_agent_runs_its_handler_and_the_result_is_recorded(asgi_serv
         assert publisher.returncode == 0, err
         published = json.loads(out)
         printed = json.loads(listener.stdout.readline())
-        delivery = wait_for_answer(printed["delivery"])
+        wait_for(lambda: answered(printed["delivery"]), "the command was answered", 20)
+        delivery = Delivery.objects.get(pk=printed["delivery"])
     finally:
         listener.terminate()
         listener.wait(timeout=10)
@@ -84,14 +80,8 @@ def test_a_listening_agent_runs_its_handler_and_the_result_is_recorded(asgi_serv
     assert delivery.result["output"].startswith("cgi disabled on ")
 
 
-def wait_for_answer(delivery_id: int, timeout_s: float = 20) -> Delivery:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        delivery = Delivery.objects.get(pk=delivery_id)
-        if delivery.state != "delivered":
-            return delivery
-        time.sleep(0.1)
-    raise AssertionError(f"delivery {delivery_id} was not answered")
+def answered(delivery_id: int) -> bool:
+    return Delivery.objects.get(pk=delivery_id).state != "delivered"
 
 
 def test_a_refused_request_prints_the_error_frame_and_exits_non_zero(asgi_server, tokens):

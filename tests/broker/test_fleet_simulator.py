@@ -14,6 +14,7 @@ from broker.models import AttributeValue, Delivery
 from broker.scenario import load_scenario
 from broker.selectors import current_attributes
 from broker.services.events import publish_event
+from tests.broker.agent_helpers import agent_url, wait_for
 from tests.broker.tree_helpers import wait_until_idle
 from tests.conftest import ROOT, environment_for_test_database, stop_process
 
@@ -28,7 +29,7 @@ def fleet(asgi_server, celery_worker):
     scenario = load_scenario(servers=6)
     wait_until_idle()
     loaded_at = timezone.now()
-    url = asgi_server.replace("http://", "ws://") + "/ws/agent/v1/"
+    url = agent_url(asgi_server)
     argv = [
         sys.executable, str(ROOT / "manage.py"), "simulate_fleet", "--agents", "6",
         "--processes", "2", "--url", url, "--load-interval", "0.5",
@@ -44,15 +45,6 @@ def fleet(asgi_server, celery_worker):
 
 def _stated_since(moment) -> int:
     return AttributeValue.objects.filter(name="hostname", set_at__gt=moment).count()
-
-
-def wait_for(condition, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting until {what}")
 
 
 def answered(event) -> list[Delivery]:

@@ -8,18 +8,17 @@ import urllib.request
 
 import pytest
 
-from broker.audit import Actor
 from broker.models import AuditEntry
 from broker.scenario import load_scenario
 from broker.selectors import current_attributes
 from broker.services.clients import issue_token
 from broker.services.operators import issue_operator_token
+from tests.broker.agent_helpers import ISSUER
 from tests.broker.tree_helpers import wait_until_idle
 from tests.cast import ADMINISTRATOR, create_member
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ISSUER = Actor("system", "tests")
 COMMAND = {"kind": "command", "action": "disable-cgi"}
 IIS = 'receiver.software == "IIS"'
 
