@@ -25,7 +25,13 @@ from pydantic import StrictBool, StrictInt
 
 from broker import audit, selectors
 from broker.audit import Actor
-from broker.errors import AuthenticationFailed, BrokerError, NotAuthorised, NotFound
+from broker.errors import (
+    AuthenticationFailed,
+    BrokerError,
+    InvalidInput,
+    NotAuthorised,
+    NotFound,
+)
 from broker.models import Authority, Client, ClientModel, Delivery, Event
 from broker.services import authorities, clients, events, operators
 
@@ -112,6 +118,8 @@ class EventIn(Schema):
     selector: str = ""
     lifetime_s: StrictInt = 60
     channel: str = "default"
+    # Or the Idempotency-Key header: publishing again with it returns the first event.
+    idempotency_key: str | None = None
 
 
 class PublishedOut(Schema):
@@ -134,8 +142,10 @@ class PreviewOut(Schema):
 
 class DeliveryOut(Schema):
     receiver: str
+    position: int
     state: str
     delivered_at: datetime
+    received_at: datetime | None
     acked_at: datetime | None
     result: dict[str, Any] | None
 
@@ -155,11 +165,24 @@ class EventStatusOut(Schema):
 
 @api.post("/events", auth=ClientToken(), response={201: PublishedOut}, tags=["events"])
 def publish(request: HttpRequest, payload: EventIn):
-    """Publish an event as the calling client; it is routed once committed."""
+    """Publish an event as the calling client; it is routed once committed. With an
+    idempotency key (field or `Idempotency-Key` header) the client used before, the
+    first event is returned and nothing is published again."""
+    fields = payload.dict()
+    fields["idempotency_key"] = _idempotency_key(request, fields["idempotency_key"])
     event = events.publish_event(
-        sender=request.auth, actor=Actor("client", request.auth.name), **payload.dict()
+        sender=request.auth, actor=Actor("client", request.auth.name), **fields
     )
     return 201, _published(event)
+
+
+def _idempotency_key(request: HttpRequest, in_body: str | None) -> str | None:
+    in_header = request.headers.get("Idempotency-Key")
+    if in_header is not None and in_body is not None and in_header != in_body:
+        raise InvalidInput(
+            "the Idempotency-Key header and idempotency_key differ", field="idempotency_key"
+        )
+    return in_body if in_body is not None else in_header
 
 
 def _published(event: Event) -> dict:
@@ -220,8 +243,10 @@ def _status(event: Event) -> dict:
         "deliveries": [
             {
                 "receiver": d.receiver.name,
+                "position": d.position,
                 "state": d.state,
                 "delivered_at": d.delivered_at,
+                "received_at": d.received_at,
                 "acked_at": d.acked_at,
                 "result": d.result,
             }

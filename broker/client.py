@@ -33,6 +33,14 @@ RECONNECT_FIRST_S = 0.5
 RECONNECT_MAX_S = 30.0
 REQUEST_TIMEOUT_S = 30.0
 MAX_OUTPUT_CHARS = 4000
+# Confirmations are coalesced: one `received` frame per this many seconds at most.
+RECEIPT_DELAY_S = 0.2
+# A gap in the positions (a later delivery came first) may be a push still on its way
+# from another worker; after this long it is asked for again.
+GAP_WAIT_S = 1.0
+# How often an idle session confirms (which is also its heartbeat), unless the server's
+# welcome asks for more often.
+HEARTBEAT_MAX_S = 30.0
 
 
 class AgentError(Exception):
@@ -56,8 +64,14 @@ class SessionEnded(Exception):
         self.code = code
 
 
+class NotConnected(ConnectionError):
+    """A request was made while no session is open."""
+
+
 # Close codes after which reconnecting with the same token is pointless.
 FINAL_CLOSE_CODES = {4401, 4403, 4429}
+# What a lost connection looks like; run() reconnects after any of these.
+TRANSIENT_ERRORS = (WebSocketException, OSError, TimeoutError, asyncio.TimeoutError)
 
 
 @dataclass(frozen=True)
@@ -70,6 +84,7 @@ class Notification:
     channel: str
     sequence: int
     content: dict[str, Any]
+    position: int = 0
     replay: bool = False
 
     @classmethod
@@ -82,25 +97,63 @@ Result = tuple[str, dict | None]
 Handler = Callable[[Notification], Result | Awaitable[Result | None] | None]
 
 
-class Agent:
-    """One client session that survives disconnections.
+class _Session:
+    """One WebSocket connection and what belongs to it alone: its reader, its requests
+    waiting for answers, and how it ended. Nothing of it outlives the connection."""
 
-    On every (re)connection it logs in with the last delivery id it received, so the
-    server replays exactly what it missed, in channel order, before the live stream.
+    def __init__(self, socket) -> None:
+        self.socket = socket
+        self.pending: dict[str, asyncio.Future] = {}
+        self.ended: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.tasks: list[asyncio.Task] = []
+
+    def end(self, error: BaseException) -> None:
+        """Fail the requests still waiting and record why the session ended."""
+        for future in self.pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self.pending.clear()
+        if not self.ended.done():
+            self.ended.set_result(error)
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await self.socket.close()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.end(ConnectionError("the session was closed"))
+
+
+class Agent:
+    """One client that survives disconnections, with at most one open session.
+
+    Every delivery carries its position in this client's stream (1, 2, 3...). The
+    library hands notifications to the application in position order, each once: it
+    drops repeats, holds back one that overtook an earlier one, asks the server again
+    for a gap that does not fill by itself, and confirms what it has (`received`), so
+    that the server sends again whatever it committed and the agent did not confirm.
+    On every (re)connection it logs in with the last position it has, and the server
+    replays what came after it (docs/protocol.md, "The delivery contract").
     """
 
-    def __init__(self, url: str, token: str, *, after: int | None = None) -> None:
+    def __init__(self, url: str, token: str, *, after_position: int | None = None) -> None:
         self.url = url
         self.token = token
-        self.last_delivery = after
+        self.position = after_position  # every delivery up to here was taken in
         self.welcome: dict | None = None
-        self._socket = None
-        self._reader: asyncio.Task | None = None
-        self._pending: dict[str, asyncio.Future] = {}
-        self._refs = itertools.count(1)
-        self._closing = False
-        self._notifications: asyncio.Queue = asyncio.Queue()
         self.replayed = asyncio.Event()
+        self.duplicates = 0  # repeats dropped (counted for tests and benchmarks)
+        self.server_position = 0  # the server's last position, as last heard
+        self._session: _Session | None = None
+        self._refs = itertools.count(1)
+        self._held: dict[int, Notification] = {}  # came before an earlier position
+        self._fresh_max = 0  # highest position taken in before the first cursor
+        self._ready: asyncio.Queue[Notification] = asyncio.Queue()
+        self._confirmed = -1
+        self._confirming: asyncio.Task | None = None
+        self._repairing: asyncio.Task | None = None
+        self._unsent_acks: dict[int, tuple[str, dict | None]] = {}
 
     async def __aenter__(self) -> Agent:
         await self.connect()
@@ -109,37 +162,59 @@ class Agent:
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
+    @property
+    def connected(self) -> bool:
+        return self._session is not None and not self._session.ended.done()
+
     async def connect(self) -> dict:
-        """Open the socket and log in; return the server's welcome frame."""
-        self._socket = await websockets.connect(self.url, max_size=2**20, open_timeout=30)
-        self._closing = False
+        """Open a session and log in (closing any session still open first); return
+        the server's welcome frame."""
+        await self._end_session()
+        socket = await websockets.connect(self.url, max_size=2**20, open_timeout=30)
+        session = self._session = _Session(socket)
+        session.tasks.append(asyncio.create_task(self._read(session)))
         self.replayed.clear()
-        self._reader = asyncio.create_task(self._read())
+        if self.position is None and self._fresh_max:
+            # The first replay was cut short: it was in order, so resume after it.
+            self.position = self._fresh_max
         login = {"type": "login", "token": self.token}
-        if self.last_delivery is not None:
-            login["after"] = self.last_delivery
-        self.welcome = await self.request(login)
+        if self.position is not None:
+            login["after_position"] = self.position
+        try:
+            self.welcome = await self.request(login)
+        except BaseException:
+            await self._end_session()
+            raise
+        session.tasks.append(asyncio.create_task(self._heartbeat(session)))
         return self.welcome
 
     async def close(self) -> None:
-        """Close the session; a later connect() resumes after the last delivery seen."""
-        self._closing = True
-        if self._socket is not None:
-            await self._socket.close()
-        if self._reader is not None:
-            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed, SessionEnded):
-                await self._reader
+        """Close the session; a later connect() resumes after the last position."""
+        for task in (self._confirming, self._repairing):
+            if task is not None:
+                task.cancel()
+        if self.connected and (self.position or 0) > self._confirmed:
+            await self._confirm()  # so that the server's record is current
+        await self._end_session()
+
+    async def _end_session(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
     async def request(self, frame: dict) -> dict:
         """Send a request and wait for its answer; raise AgentError if refused."""
+        session = self._session
+        if session is None or session.ended.done():
+            raise NotConnected("not connected")
         ref = str(next(self._refs))
         future = asyncio.get_running_loop().create_future()
-        self._pending[ref] = future
+        session.pending[ref] = future
         try:
-            await self._socket.send(json.dumps({**frame, "ref": ref}))
+            await session.socket.send(json.dumps({**frame, "ref": ref}))
             return await asyncio.wait_for(future, REQUEST_TIMEOUT_S)
         finally:
-            self._pending.pop(ref, None)
+            session.pending.pop(ref, None)
 
     async def advertise(self, values: dict) -> None:
         """State every attribute this client states itself."""
@@ -154,11 +229,21 @@ class Agent:
         return (await self.request({"type": "policy", "text": text}))["policy_version"]
 
     async def publish(
-        self, content: dict, *, selector: str = "", lifetime_s: int = 60, channel: str = "default"
+        self,
+        content: dict,
+        *,
+        selector: str = "",
+        lifetime_s: int = 60,
+        channel: str = "default",
+        idempotency_key: str | None = None,
     ) -> dict:
-        """Publish an event; return {event, channel, sequence}."""
+        """Publish an event; return {event, channel, sequence}. With an
+        `idempotency_key`, publishing again (say after a lost answer) returns the
+        first event instead of publishing a second one."""
         frame = {"type": "publish", "content": content, "selector": selector}
         frame.update(lifetime_s=lifetime_s, channel=channel)
+        if idempotency_key is not None:
+            frame["idempotency_key"] = idempotency_key
         return await self.request(frame)
 
     async def ack(self, delivery: int, status: str = "ok", result: dict | None = None) -> None:
@@ -171,12 +256,20 @@ class Agent:
         return await self.request({"type": "heartbeat"})
 
     async def notifications(self) -> AsyncIterator[Notification]:
-        """Notifications of the current connection, replayed ones first."""
+        """Notifications in position order, each once; raises when the session ends
+        and none is left to hand out."""
         while True:
-            item = await self._notifications.get()
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+            if not self._ready.empty():
+                yield self._ready.get_nowait()
+                continue
+            session = self._session
+            if session is None:
+                raise NotConnected("not connected")
+            taken = await _next_unless_ended(self._ready, session.ended)
+            if taken is not None:
+                yield taken
+            elif self._ready.empty():
+                raise session.ended.result()
 
     async def run(self, handler: Handler | None = None, *, reconnect: bool = True) -> None:
         """Hand every notification to `handler` and acknowledge it with the handler's
@@ -184,43 +277,68 @@ class Agent:
         delay = RECONNECT_FIRST_S
         while True:
             try:
-                if self._socket is None or self._reader is None or self._reader.done():
+                if not self.connected:
                     await self.connect()
+                    await self._send_unsent_acks()
                 delay = RECONNECT_FIRST_S
                 async for notification in self.notifications():
                     await self._handle(handler, notification)
-            except (WebSocketException, OSError, TimeoutError) as error:
+            except TRANSIENT_ERRORS as error:
                 if not reconnect:
                     raise
+                await self._end_session()
                 print(f"[agent] connection lost ({error}); again in {delay:.1f} s", file=sys.stderr)
-                self._reader = None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX_S)
+            except AgentError as error:
+                # A refused login that is not final (say the server could not reach
+                # its database): try again like a lost connection.
+                if not reconnect or error.code == "authentication_failed":
+                    raise
+                await self._end_session()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX_S)
 
     async def _handle(self, handler: Handler | None, notification: Notification) -> None:
         outcome = await _outcome(handler, notification)
-        if outcome is not None:  # a handler that returns nothing leaves it unanswered
-            status, result = outcome
-            await self.ack(notification.delivery, status, result)
-
-    async def _read(self) -> None:
-        try:
-            async for text in self._socket:
-                self._dispatch(json.loads(text))
-        except ConnectionClosed as closed:
-            self._fail_all(_closing_error(closed))
+        if outcome is None:  # a handler that returns nothing leaves it unanswered
             return
-        self._fail_all(_closing_error(None, self._socket))
+        status, result = outcome
+        try:
+            await self.ack(notification.delivery, status, result)
+        except TRANSIENT_ERRORS:
+            # Answered by the application: say so once connected again (an ack
+            # repeated with the same answer is harmless).
+            self._unsent_acks[notification.delivery] = (status, result)
+            raise
 
-    def _dispatch(self, frame: dict) -> None:
+    async def _send_unsent_acks(self) -> None:
+        for delivery, (status, result) in list(self._unsent_acks.items()):
+            await self.ack(delivery, status, result)
+            del self._unsent_acks[delivery]
+
+    # Reading ------------------------------------------------------------------------
+
+    async def _read(self, session: _Session) -> None:
+        try:
+            async for text in session.socket:
+                self._dispatch(session, json.loads(text))
+        except ConnectionClosed as closed:
+            session.end(_closing_error(closed))
+            return
+        except Exception as error:  # a frame this library cannot read: a lost session
+            session.end(ConnectionError(f"unreadable frame from the server: {error}"))
+            return
+        session.end(_closing_error(None, session.socket))
+
+    def _dispatch(self, session: _Session, frame: dict) -> None:
         kind, ref = frame.get("type"), frame.get("ref")
         if kind == "notification":
-            self.last_delivery = frame["delivery"]
-            self._notifications.put_nowait(Notification.from_frame(frame))
+            self._take(Notification.from_frame(frame))
         elif kind == "replayed":
-            self.replayed.set()
-        elif ref is not None and ref in self._pending:
-            future = self._pending.pop(ref)
+            self._covered(frame.get("through", 0))
+        if ref is not None and ref in session.pending and kind != "notification":
+            future = session.pending.pop(ref)
             if kind == "error":
                 future.set_exception(AgentError(frame))
             else:
@@ -228,13 +346,91 @@ class Agent:
         elif kind == "error":
             print(f"[agent] server error: {frame}", file=sys.stderr)
 
-    def _fail_all(self, error: BaseException) -> None:
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(error)
-        self._pending.clear()
-        if not self._closing:  # our own close() is not news to the notification reader
-            self._notifications.put_nowait(error)
+    def _take(self, notification: Notification) -> None:
+        """Take in a notification: hand it on in order, hold it back, or drop it."""
+        position = notification.position
+        if self.position is None:  # a first login without a cursor: the replay is in order
+            self._ready.put_nowait(notification)
+            self._fresh_max = max(self._fresh_max, position)
+            return
+        if position <= self.position or position in self._held:
+            self.duplicates += 1
+            return
+        self._held[position] = notification
+        self._release()
+
+    def _release(self) -> None:
+        while self.position + 1 in self._held:
+            self.position += 1
+            self._ready.put_nowait(self._held.pop(self.position))
+        self._confirm_soon()
+        if self._held:
+            self._repair_soon()
+
+    def _covered(self, through: int) -> None:
+        """The server replayed everything up to `through` that is still live: any
+        position up to it that did not come is gone (its event expired, or, on a
+        login without a cursor, it was answered)."""
+        if self.position is None:
+            self.position = max(through, self._fresh_max)
+        for position in sorted(p for p in self._held if p <= through):
+            self._ready.put_nowait(self._held.pop(position))
+        self.position = max(self.position, through)
+        self._release()
+        self.replayed.set()
+
+    # Confirming and repairing -------------------------------------------------------
+
+    def _confirm_soon(self) -> None:
+        if self._confirming is None or self._confirming.done():
+            self._confirming = asyncio.create_task(self._confirm_later())
+
+    async def _confirm_later(self) -> None:
+        await asyncio.sleep(RECEIPT_DELAY_S)
+        if self.position is not None and self.position > self._confirmed:
+            await self._confirm()
+
+    async def _confirm(self) -> None:
+        """Tell the server what this agent has; learn how far its stream goes."""
+        position = self.position or 0
+        with contextlib.suppress(NotConnected, AgentError, *TRANSIENT_ERRORS):
+            answer = await self.request({"type": "received", "position": position})
+            self._confirmed = max(self._confirmed, position)
+            self.server_position = answer.get("last_position", 0)
+            if self.server_position > position:
+                self._repair_soon()
+
+    def _repair_soon(self) -> None:
+        if self._repairing is None or self._repairing.done():
+            self._repairing = asyncio.create_task(self._repair_later())
+
+    async def _repair_later(self) -> None:
+        """If the stream is still stuck at the same position after a while, ask the
+        server to send again everything after it."""
+        stuck_at = self.position
+        await asyncio.sleep(GAP_WAIT_S)
+        missing = self._held or self.server_position > (self.position or 0)
+        if self.position == stuck_at and missing and self.position is not None:
+            with contextlib.suppress(NotConnected, AgentError, *TRANSIENT_ERRORS):
+                await self.request({"type": "resend", "after_position": self.position})
+
+    async def _heartbeat(self, session: _Session) -> None:
+        """Confirm (which is also a heartbeat) at the interval the server asked for."""
+        interval = min(HEARTBEAT_MAX_S, float((self.welcome or {}).get("heartbeat_s", 30)))
+        while not session.ended.done():
+            await asyncio.sleep(interval)
+            await self._confirm()
+
+
+async def _next_unless_ended(queue: asyncio.Queue, ended: asyncio.Future) -> Any:
+    """The queue's next item, or None once `ended` is done with the queue empty."""
+    getter = asyncio.ensure_future(queue.get())
+    await asyncio.wait({getter, ended}, return_when=asyncio.FIRST_COMPLETED)
+    if not getter.done():
+        getter.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        return await getter  # it may have taken an item just as it was cancelled
+    return None
 
 
 async def _outcome(handler: Handler | None, notification: Notification) -> Result | None:
@@ -315,12 +511,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--channel", default="default")
     parser.add_argument("--listen", action="store_true", help="print notifications")
     parser.add_argument("--handler", metavar="COMMAND", help="run for each notification")
-    parser.add_argument("--after", type=int, help="last delivery id already received")
+    parser.add_argument(
+        "--after", type=int, metavar="POSITION", help="last delivery position already received"
+    )
+    parser.add_argument(
+        "--idempotency-key", help="publishing again with this key returns the first event"
+    )
     return parser
 
 
 async def run_command(args: argparse.Namespace) -> None:
-    agent = Agent(args.url, args.token, after=args.after)
+    agent = Agent(args.url, args.token, after_position=args.after)
     await agent.connect()
     await _apply_flags(agent, args)
     if args.listen or args.handler:
@@ -344,6 +545,7 @@ async def _apply_flags(agent: Agent, args: argparse.Namespace) -> None:
             selector=args.selector,
             lifetime_s=args.lifetime,
             channel=args.channel,
+            idempotency_key=args.idempotency_key,
         )
         print(json.dumps({k: reply[k] for k in ("event", "channel", "sequence")}), flush=True)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -19,10 +20,10 @@ from django.conf import settings
 
 from broker import protocol
 from broker.audit import Actor
-from broker.errors import AuthenticationFailed, BrokerError
+from broker.errors import AuthenticationFailed, BrokerError, InvalidInput
 from broker.notify import client_group
 from broker.protocol import Request
-from broker.selectors import deliveries_to_replay
+from broker.selectors import deliveries_to_replay, position_after_delivery, stream_of
 from broker.services import agents
 
 # Database work runs in a thread pool: Channels' default (one thread for every
@@ -38,7 +39,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.actor: Actor | None = None
         self.bucket = protocol.TokenBucket()
         self.refused_frames = 0
-        self.last_sent = 0  # the highest delivery id written to this socket
+        # Every position up to here was covered by a replay on this connection: a live
+        # push of one of them is not sent again.
+        self.replayed_through = 0
+        self.stalled: tuple[int, float] | None = None  # (confirmed position, since when)
         await self.accept()
         self.login_deadline = asyncio.create_task(self._close_unless_logged_in())
 
@@ -105,24 +109,29 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if self.client is not None:
             raise BrokerError("this connection is already logged in", field="type")
         token = request.require("token", str, "a client token")
-        after = request.optional("after", int, "the last delivery id received", None)
+        after = request.optional("after_position", int, "the last position received", None)
+        legacy_after = request.optional("after", int, "the last delivery id received", None)
         peer = "{}:{}".format(*(self.scope.get("client") or ("?", "?")))
         self.client = await in_thread(agents.authenticate_agent)(token=token, peer=peer)
         self.actor = Actor("client", self.client.name)
         self.login_deadline.cancel()
+        if after is None and legacy_after is not None:
+            after = await in_thread(position_after_delivery)(self.client, legacy_after)
         # Join before reading what is pending, so that nothing falls in between.
         await self.channel_layer.group_add(client_group(self.client.id), self.channel_name)
-        await self._send(self._welcome(request.ref))
-        await self._replay(after, request.ref)
+        through = await in_thread(_last_position)(self.client)
+        await self._send(self._welcome(request.ref, through))
+        await self._replay(after, request.ref, through)
 
-    def _welcome(self, ref: Any) -> dict:
+    def _welcome(self, ref: Any, last_position: int) -> dict:
         return {
             "type": "welcome",
             "ref": ref,
             "protocol": protocol.PROTOCOL_VERSION,
             "client": self.client.name,
             "model": self.client.model.name,
-            "heartbeat_s": protocol.HEARTBEAT_S,
+            "last_position": last_position,
+            "heartbeat_s": settings.AGENT_HEARTBEAT_S,
             "limits": {
                 "max_frame_bytes": protocol.MAX_FRAME_BYTES,
                 "frames_per_s": protocol.RATE_PER_S,
@@ -130,21 +139,29 @@ class AgentConsumer(AsyncWebsocketConsumer):
             },
         }
 
-    async def _replay(self, after: int | None, ref: Any) -> None:
-        """Send what the client missed, oldest first, then tell it the live stream starts."""
+    async def _replay(self, after: int | None, ref: Any, through: int | None = None) -> None:
+        """Send what the client missed, in position order, up to the stream's end as
+        it is now; then say how far that went (positions up to it that were not sent
+        are gone: expired or, without a cursor, answered). Live pushes follow."""
+        if through is None:
+            through = await in_thread(_last_position)(self.client)
         cursor, count = after or 0, 0
-        while True:
+        while cursor < through:
             items = await in_thread(deliveries_to_replay)(
-                self.client, after=cursor, unanswered_only=after is None, limit=protocol.REPLAY_PAGE
+                self.client,
+                after_position=cursor,
+                through=through,
+                unanswered_only=after is None,
+                limit=protocol.REPLAY_PAGE,
             )
             for item in items:
-                count += await self._notify(item, replay=True)
+                await self._notify(item, replay=True)
+            count += len(items)
             if len(items) < protocol.REPLAY_PAGE:
                 break
-            cursor = items[-1]["delivery"]
-        await self._send(
-            {"type": "replayed", "ref": ref, "count": count, "last_delivery": self.last_sent}
-        )
+            cursor = items[-1]["position"]
+        self.replayed_through = max(self.replayed_through, through)
+        await self._send({"type": "replayed", "ref": ref, "count": count, "through": through})
 
     async def on_advertise(self, request: Request) -> dict:
         values = request.require("values", dict, "an object of attribute values")
@@ -170,6 +187,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
             selector=request.optional("selector", str, "a selector's text", ""),
             lifetime_s=request.optional("lifetime_s", int, "whole seconds", 60),
             channel=request.optional("channel", str, "a channel name", "default"),
+            idempotency_key=request.optional(
+                "idempotency_key", str, "a key of at most 128 characters", None
+            ),
             actor=self.actor,
         )
         return {"type": "published", **event}
@@ -184,6 +204,42 @@ class AgentConsumer(AsyncWebsocketConsumer):
         )
         return {"type": "ok"}
 
+    async def on_received(self, request: Request) -> dict:
+        position = request.require("position", int, "the last position the agent has")
+        stream = await in_thread(agents.confirm)(
+            client=self.client, position=position, actor=self.actor
+        )
+        if self._stalled_long(stream.confirmed_position, stream.last_position):
+            # An agent that confirms but does not ask again for what it lacks (or whose
+            # request was lost) is sent it anyway.
+            await self._replay(stream.confirmed_position, None)
+        return {
+            "type": "ok",
+            "last_position": stream.last_position,
+            "confirmed_position": stream.confirmed_position,
+        }
+
+    def _stalled_long(self, confirmed: int, last: int) -> bool:
+        """True when the agent has confirmed the same position, short of the stream's
+        end, for REDELIVER_AFTER_S (then the clock starts again)."""
+        now = time.monotonic()
+        if confirmed >= last:
+            self.stalled = None
+            return False
+        if self.stalled is None or self.stalled[0] != confirmed:
+            self.stalled = (confirmed, now)
+            return False
+        if now - self.stalled[1] < settings.AGENT_REDELIVER_AFTER_S:
+            return False
+        self.stalled = (confirmed, now)
+        return True
+
+    async def on_resend(self, request: Request) -> None:
+        after = request.require("after_position", int, "the last position the agent has")
+        if after < 0:
+            raise InvalidInput("after_position must be 0 or more", field="after_position")
+        await self._replay(after, request.ref)
+
     async def on_heartbeat(self, request: Request) -> dict:
         now = datetime.now(UTC).isoformat(timespec="milliseconds")
         return {"type": "heartbeat", "server_time": now}
@@ -193,20 +249,20 @@ class AgentConsumer(AsyncWebsocketConsumer):
     async def deliveries_push(self, message: dict) -> None:
         """New deliveries of this client, pushed by its leaf after they committed."""
         for item in message["groups"].get(client_group(self.client.id), []):
-            await self._notify(item, replay=False)
+            if item["position"] > self.replayed_through:
+                await self._notify(item, replay=False)
 
     async def session_revoked(self, message: dict) -> None:
         """The client's tokens were revoked: the session ends now."""
         await self._send({"type": "error", "ref": None, **_revoked()})
         await self.close(code=protocol.CLOSE_REVOKED)
 
-    async def _notify(self, item: dict, *, replay: bool) -> int:
-        # A delivery both replayed and pushed live is written once.
-        if item["delivery"] <= self.last_sent:
-            return 0
-        self.last_sent = item["delivery"]
+    async def _notify(self, item: dict, *, replay: bool) -> None:
         await self._send({"type": "notification", **item, "replay": replay})
-        return 1
+
+
+def _last_position(client) -> int:
+    return stream_of(client).last_position
 
 
 def _revoked() -> dict:

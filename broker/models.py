@@ -220,12 +220,20 @@ class Event(models.Model):
     published_at = models.DateTimeField()
     expires_at = models.DateTimeField(db_index=True)
     routed_at = models.DateTimeField(null=True, blank=True)
+    # Chosen by the sender so that a retried publish returns this event instead of
+    # publishing it twice (the first answer may have been lost after the commit).
+    idempotency_key = models.CharField(max_length=128, blank=True, default="")
 
     class Meta:
         constraints = [
             models.UniqueConstraint(
                 fields=["sender", "channel", "sequence"], name="unique_sequence_per_channel"
-            )
+            ),
+            models.UniqueConstraint(
+                fields=["sender", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="one_event_per_idempotency_key",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -233,9 +241,15 @@ class Event(models.Model):
 
 
 class Delivery(models.Model):
-    """One event delivered to one receiver, and what became of it."""
+    """One event delivered to one receiver, and what became of it.
+
+    `pending`: recorded for the receiver, not yet confirmed by its agent;
+    `delivered`: the agent confirmed it has it; `acked` / `failed`: the agent answered;
+    `expired`: the event's lifetime ended before the agent confirmed it.
+    """
 
     class State(models.TextChoices):
+        PENDING = "pending"
         DELIVERED = "delivered"
         ACKED = "acked"
         FAILED = "failed"
@@ -248,22 +262,47 @@ class Delivery(models.Model):
     sender = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
     channel = models.CharField(max_length=128)
     sequence = models.PositiveBigIntegerField()
-    state = models.CharField(max_length=16, choices=State.choices, default=State.DELIVERED)
-    delivered_at = models.DateTimeField()
+    # The receiver's own numbering of its deliveries: 1, 2, 3... without gaps, in
+    # commit order. Agents confirm, resume and detect gaps by it (docs/protocol.md).
+    position = models.PositiveBigIntegerField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    delivered_at = models.DateTimeField()  # when it was recorded for the receiver
+    received_at = models.DateTimeField(null=True, blank=True)  # confirmed by the agent
     acked_at = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["event", "receiver"], name="one_delivery_per_receiver")
+            models.UniqueConstraint(fields=["event", "receiver"], name="one_delivery_per_receiver"),
+            models.UniqueConstraint(
+                fields=["receiver", "position"], name="one_delivery_per_position"
+            ),
         ]
         indexes = [
             models.Index(fields=["receiver", "delivered_at"]),
             models.Index(fields=["receiver", "sender", "channel", "sequence"]),
+            # Finds what is still unconfirmed when events expire.
+            models.Index(
+                fields=["event"], condition=Q(state="pending"), name="pending_delivery_event"
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.event_id} -> {self.receiver_id} ({self.state})"
+
+
+class ReceiverStream(models.Model):
+    """A receiver's stream of deliveries: the last position handed out, and the last
+    position its agent confirmed having (every position up to it is confirmed)."""
+
+    client = models.OneToOneField(
+        Client, on_delete=models.CASCADE, primary_key=True, related_name="stream"
+    )
+    last_position = models.PositiveBigIntegerField(default=0)
+    confirmed_position = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"stream of {self.client_id}: {self.confirmed_position}/{self.last_position}"
 
 
 class TrafficRecord(models.Model):

@@ -23,9 +23,11 @@ MESSAGE_TYPE = "deliveries.push"
 
 @dataclass(frozen=True)
 class Pushed:
-    """One new delivery as it is pushed."""
+    """One delivery as an agent is sent it, live or replayed: the one definition of a
+    notification's fields (docs/protocol.md, `notification`)."""
 
     delivery_id: int
+    position: int
     receiver_id: int
     event_id: str
     sender_id: int
@@ -36,6 +38,7 @@ class Pushed:
     def as_message(self) -> dict[str, Any]:
         return {
             "delivery": self.delivery_id,
+            "position": self.position,
             "event": self.event_id,
             "sender": self.sender_id,
             "channel": self.channel,

@@ -16,7 +16,6 @@ from broker.errors import BrokerError, InvalidInput
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 64 * 1024
-HEARTBEAT_S = 30
 REPLAY_PAGE = 500
 
 # Flood control: a token bucket per connection. Frames beyond it are refused with an
@@ -30,7 +29,9 @@ CLOSE_LOGIN_TIMEOUT = 4408
 CLOSE_ABUSIVE = 4429
 CLOSE_REVOKED = 4403
 
-CLIENT_TYPES = frozenset({"login", "advertise", "update", "policy", "publish", "ack", "heartbeat"})
+CLIENT_TYPES = frozenset(
+    {"login", "advertise", "update", "policy", "publish", "ack", "heartbeat", "received", "resend"}
+)
 
 
 class FrameError(BrokerError):

@@ -8,7 +8,8 @@ from functools import lru_cache
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from broker.models import AttributeValue, Client, Delivery, PolicyVersion
+from broker.models import AttributeValue, Client, Delivery, PolicyVersion, ReceiverStream
+from broker.notify import Pushed
 from policies import Policy, Selector, parse_policy
 
 
@@ -47,33 +48,55 @@ def current_policy(client: Client) -> PolicyVersion | None:
 
 
 def deliveries_to_replay(
-    client: Client, *, after: int, unanswered_only: bool, limit: int
+    client: Client,
+    *,
+    after_position: int,
+    through: int,
+    unanswered_only: bool,
+    limit: int,
 ) -> list[dict]:
-    """The client's deliveries of unexpired events after delivery id `after` (the last
-    one it received), only those it has not answered if `unanswered_only`. Oldest
-    first: a receiver's delivery ids grow in the order its leaf committed them (its
-    inserts hold the leaf's lock), which is channel order within every stream."""
+    """The client's deliveries of unexpired events at positions after `after_position`
+    up to `through`, in position order (its leaf commits them in that order, so channel
+    order holds in every stream); only those it has not answered if `unanswered_only`."""
     query = Delivery.objects.filter(
-        receiver=client, pk__gt=after, event__expires_at__gt=timezone.now()
+        receiver=client,
+        position__gt=after_position,
+        position__lte=through,
+        event__expires_at__gt=timezone.now(),
     )
     if unanswered_only:
-        query = query.filter(state=Delivery.State.DELIVERED)
-    rows = query.order_by("pk").values(
-        "pk", "event_id", "sender_id", "channel", "sequence", "event__content"
-    )[:limit]
-    return [_pushed_form(row) for row in rows]
+        query = query.filter(state__in=UNANSWERED)
+    rows = query.order_by("position").values(*REPLAY_FIELDS)[:limit]
+    return [_notification(client, row) for row in rows]
 
 
-def _pushed_form(row: dict) -> dict:
-    """The same shape as a live push (broker.notify.Pushed.as_message)."""
-    return {
-        "delivery": row["pk"],
-        "event": str(row["event_id"]),
-        "sender": row["sender_id"],
-        "channel": row["channel"],
-        "sequence": row["sequence"],
-        "content": row["event__content"],
-    }
+UNANSWERED = (Delivery.State.PENDING, Delivery.State.DELIVERED)
+REPLAY_FIELDS = ("pk", "position", "event_id", "sender_id", "channel", "sequence", "event__content")
+
+
+def _notification(client: Client, row: dict) -> dict:
+    return Pushed(
+        delivery_id=row["pk"],
+        position=row["position"],
+        receiver_id=client.pk,
+        event_id=str(row["event_id"]),
+        sender_id=row["sender_id"],
+        channel=row["channel"],
+        sequence=row["sequence"],
+        content=row["event__content"],
+    ).as_message()
+
+
+def stream_of(client: Client) -> ReceiverStream:
+    """The client's delivery stream (positions 0/0 if it never had a delivery)."""
+    return ReceiverStream.objects.filter(client=client).first() or ReceiverStream(client=client)
+
+
+def position_after_delivery(client: Client, delivery_id: int) -> int:
+    """The position of the client's last delivery with an id up to `delivery_id`
+    (agents of the protocol's first revision resume by delivery id), 0 if none."""
+    found = Delivery.objects.filter(receiver=client, pk__lte=delivery_id).order_by("-pk")
+    return next(iter(found.values_list("position", flat=True)[:1]), 0)
 
 
 def preview_receivers(*, sender: Client, content: dict, selector: Selector | None) -> list[str]:

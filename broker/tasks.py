@@ -46,3 +46,11 @@ def sweep():
     from broker.routing import wake_stalled_dispatchers
 
     wake_stalled_dispatchers()
+
+
+@shared_task(name="broker.expire_deliveries")
+def expire_deliveries():
+    """Periodic: deliveries whose event expired before their agent confirmed them."""
+    from broker.services.deliveries import expire_unconfirmed
+
+    expire_unconfirmed()

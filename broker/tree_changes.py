@@ -18,7 +18,8 @@ def client_changed(client: Client) -> None:
     if client.dispatcher_id is None:
         return
     change = ClientChange.objects.create(client=client, dispatcher_id=client.dispatcher_id)
-    transaction.on_commit(lambda: _enqueue(change.dispatcher_id))
+    # robust: a failed wake-up (Redis down) must not fail a change that is committed.
+    transaction.on_commit(lambda: _enqueue(change.dispatcher_id), robust=True)
 
 
 def _enqueue(dispatcher_id: int) -> None:

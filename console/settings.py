@@ -123,6 +123,10 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 
+# The Redis that carries pushes to agents' connections (REDIS_URL unless set): a
+# deployment may keep this traffic off the Redis that queues the tree's tasks.
+CHANNEL_LAYER_URL = check_redis_url("CHANNEL_LAYER_URL", env_str("CHANNEL_LAYER_URL", REDIS_URL))
+
 CHANNEL_LAYERS = {
     "default": {
         # channels_redis' layer, plus one message per process for a many-receiver push.
@@ -133,7 +137,7 @@ CHANNEL_LAYERS = {
             # would die of a read timeout. The layer bounds its own waits.
             # A pool of this many connections per process; callers beyond it wait
             # (broker.channel_layer) rather than fail.
-            "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "max_connections": 200}],
+            "hosts": [{"address": CHANNEL_LAYER_URL, "socket_timeout": 30, "max_connections": 200}],
             "prefix": "sn-channels",
             # Messages wait per *process* (every consumer of a Daphne process shares one
             # Redis key), and a full channel drops messages silently. The default of 100
@@ -196,10 +200,16 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(SUMMARY_INTERVAL_S),
     },
     "sweep": {"task": "broker.sweep", "schedule": 5.0},
+    "expire-deliveries": {"task": "broker.expire_deliveries", "schedule": 5.0},
 }
 
 # Agents (broker/consumers.py) must log in this soon after connecting.
 AGENT_LOGIN_TIMEOUT_S = env_int("AGENT_LOGIN_TIMEOUT_S", 10, minimum=1)
+# Agents confirm what they have at least this often when idle (their heartbeat).
+AGENT_HEARTBEAT_S = env_int("AGENT_HEARTBEAT_S", 10, minimum=1)
+# An agent that confirms the same position, short of its stream's end, for this long is
+# sent the rest again (docs/protocol.md, "The delivery contract").
+AGENT_REDELIVER_AFTER_S = env_int("AGENT_REDELIVER_AFTER_S", 5, minimum=1)
 
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
 

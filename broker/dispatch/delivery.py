@@ -163,21 +163,47 @@ def _delivery(event: RoutedEvent, receiver_id: int) -> Delivery:
     return delivery
 
 
+# Under the leaf's lock no one else records deliveries for these receivers, so the
+# rows found missing here are exactly the ones inserted, and each receiver's positions
+# continue its stream without a gap: the stream's counter moves by what is inserted.
 INSERT_DELIVERIES = """
-INSERT INTO broker_delivery
-    (event_id, receiver_id, sender_id, channel, sequence, state, delivered_at)
-SELECT * FROM unnest(
-    %s::uuid[], %s::bigint[], %s::bigint[], %s::text[], %s::bigint[], %s::text[],
-    %s::timestamptz[]
+WITH input AS (
+    SELECT * FROM unnest(
+        %s::uuid[], %s::bigint[], %s::bigint[], %s::text[], %s::bigint[], %s::timestamptz[]
+    ) WITH ORDINALITY AS t(event_id, receiver_id, sender_id, channel, sequence, at, ord)
+), fresh AS (
+    SELECT input.* FROM input
+    WHERE NOT EXISTS (
+        SELECT 1 FROM broker_delivery AS d
+        WHERE d.event_id = input.event_id AND d.receiver_id = input.receiver_id
+    )
+), counts AS (
+    SELECT receiver_id, count(*) AS n FROM fresh GROUP BY receiver_id
+), moved AS (
+    INSERT INTO broker_receiverstream (client_id, last_position, confirmed_position)
+    SELECT receiver_id, n, 0 FROM counts
+    ON CONFLICT (client_id)
+    DO UPDATE SET last_position = broker_receiverstream.last_position + EXCLUDED.last_position
+    RETURNING client_id, last_position
 )
-ON CONFLICT (event_id, receiver_id) DO NOTHING
-RETURNING id, event_id, receiver_id
+INSERT INTO broker_delivery
+    (event_id, receiver_id, sender_id, channel, sequence, position, state, delivered_at)
+SELECT fresh.event_id, fresh.receiver_id, fresh.sender_id, fresh.channel, fresh.sequence,
+    moved.last_position - counts.n
+        + row_number() OVER (PARTITION BY fresh.receiver_id ORDER BY fresh.ord),
+    'pending', fresh.at
+FROM fresh
+JOIN counts ON counts.receiver_id = fresh.receiver_id
+JOIN moved ON moved.client_id = fresh.receiver_id
+RETURNING id, event_id, receiver_id, position
 """
 
 
 def insert_deliveries(pending: list[Delivery]) -> list[Pushed]:
-    """Insert in one statement, skipping any already there; push the new ones once the
-    transaction commits. Returns what was inserted."""
+    """Insert in one statement, skipping any already there, each receiver's new ones at
+    its next positions in the given order; push them once the transaction commits.
+    Must run under the receivers' leaf lock. Returns what was inserted."""
+    pending = _distinct(pending)
     if not pending:
         return []
     columns = [
@@ -186,20 +212,40 @@ def insert_deliveries(pending: list[Delivery]) -> list[Pushed]:
         [d.sender_id for d in pending],
         [d.channel for d in pending],
         [d.sequence for d in pending],
-        [Delivery.State.DELIVERED] * len(pending),
         [d.delivered_at for d in pending],
     ]
     with connection.cursor() as cursor:
         cursor.execute(INSERT_DELIVERIES, columns)
-        inserted = {(str(event), receiver): row_id for row_id, event, receiver in cursor.fetchall()}
+        inserted = {
+            (str(event), receiver): (row_id, position)
+            for row_id, event, receiver, position in cursor.fetchall()
+        }
     pushed = [_pushed(d, inserted) for d in pending if (str(d.event_id), d.receiver_id) in inserted]
-    transaction.on_commit(lambda: notify.push(pushed))
+    pushed.sort(key=lambda p: (p.receiver_id, p.position))
+    # robust: a push that fails (Redis down) is logged, not raised after the commit;
+    # the agents are sent what they miss when they confirm (docs/protocol.md).
+    transaction.on_commit(lambda: notify.push(pushed), robust=True)
     return pushed
 
 
+def _distinct(pending: list[Delivery]) -> list[Delivery]:
+    """One row per (event, receiver), first occurrence kept: a repeat would use up a
+    position for a row that is then not inserted."""
+    seen: set[tuple[str, int]] = set()
+    kept = []
+    for delivery in pending:
+        key = (str(delivery.event_id), delivery.receiver_id)
+        if key not in seen:
+            seen.add(key)
+            kept.append(delivery)
+    return kept
+
+
 def _pushed(delivery: Delivery, inserted: dict) -> Pushed:
+    row_id, position = inserted[(str(delivery.event_id), delivery.receiver_id)]
     return Pushed(
-        delivery_id=inserted[(str(delivery.event_id), delivery.receiver_id)],
+        delivery_id=row_id,
+        position=position,
         receiver_id=delivery.receiver_id,
         event_id=str(delivery.event_id),
         sender_id=delivery.sender_id,

@@ -120,7 +120,9 @@ def post_hops(hops: list[RouteHop | SummaryHop]) -> None:
     )
     woken = {hop.dispatcher_id for hop in route_hops}
     summary_hops = [hop for hop in hops if isinstance(hop, SummaryHop)]
-    transaction.on_commit(lambda: _after_commit(woken, summary_hops))
+    # robust: the work is committed; a wake-up that fails (Redis down) is logged, not
+    # raised to whoever committed it, and the periodic sweep wakes the dispatcher.
+    transaction.on_commit(lambda: _after_commit(woken, summary_hops), robust=True)
 
 
 def _after_commit(woken: set[int], summary_hops: list[SummaryHop]) -> None:

@@ -13,9 +13,9 @@ from typing import Any
 from broker import audit
 from broker.audit import Actor
 from broker.errors import InvalidInput
-from broker.models import Client
+from broker.models import Client, ReceiverStream
 from broker.services.clients import authenticate_client, state_attributes
-from broker.services.deliveries import acknowledge_delivery
+from broker.services.deliveries import acknowledge_delivery, confirm_receipt
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
 
@@ -67,6 +67,7 @@ def publish(
     selector: str,
     lifetime_s: int,
     channel: str,
+    idempotency_key: str | None,
     actor: Actor,
 ) -> dict:
     """Publish as the agent; return the event's id, channel and sequence number."""
@@ -76,6 +77,7 @@ def publish(
         selector=selector,
         lifetime_s=lifetime_s,
         channel=channel,
+        idempotency_key=idempotency_key,
         actor=actor,
     )
     return {"event": str(event.pk), "channel": event.channel, "sequence": event.sequence}
@@ -88,3 +90,8 @@ def acknowledge(
     acknowledge_delivery(
         client=client, delivery_id=delivery_id, status=status, result=result, actor=actor
     )
+
+
+def confirm(*, client: Client, position: Any, actor: Actor) -> ReceiverStream:
+    """The agent has every delivery up to `position`."""
+    return confirm_receipt(client=client, position=position, actor=actor)

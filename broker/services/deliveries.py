@@ -1,20 +1,25 @@
-"""What receivers do with their deliveries: acknowledge them and report results."""
+"""What receivers do with their deliveries: confirm that they have them, acknowledge
+them with results; and what becomes of those never confirmed before their event expired."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from broker import audit
 from broker.audit import Actor
 from broker.errors import InvalidInput, NotFound
-from broker.models import Client, Delivery
+from broker.models import Client, Delivery, ReceiverStream
 
 MAX_RESULT_BYTES = 16 * 1024
 ACK_STATUSES = {"ok": Delivery.State.ACKED, "failed": Delivery.State.FAILED}
+ANSWERED = (Delivery.State.ACKED, Delivery.State.FAILED)
+# States a confirmation or an answer moves on: an agent that says it has a delivery
+# has it, even if the event expired before it said so.
+UNCONFIRMED = (Delivery.State.PENDING, Delivery.State.EXPIRED)
 
 
 def acknowledge_delivery(
@@ -32,7 +37,7 @@ def acknowledge_delivery(
             delivery = _own_delivery(client, delivery_id)
             if delivery.state == state and delivery.result == result:
                 return delivery
-            if delivery.state != Delivery.State.DELIVERED:
+            if delivery.state in ANSWERED:
                 raise InvalidInput(
                     f"delivery {delivery_id} was already answered ({delivery.state})",
                     field="delivery",
@@ -64,7 +69,8 @@ def _record_answer(delivery: Delivery, state: str, result: Any, actor: Actor) ->
     delivery.state = state
     delivery.result = result
     delivery.acked_at = timezone.now()
-    delivery.save(update_fields=["state", "result", "acked_at"])
+    delivery.received_at = delivery.received_at or delivery.acked_at  # an answer is receipt
+    delivery.save(update_fields=["state", "result", "acked_at", "received_at"])
     audit.record_change(
         actor=actor,
         action="delivery.ack",
@@ -72,3 +78,48 @@ def _record_answer(delivery: Delivery, state: str, result: Any, actor: Actor) ->
         details={"delivery": delivery.pk, "state": state},
     )
     return delivery
+
+
+def confirm_receipt(*, client: Client, position: Any, actor: Actor) -> ReceiverStream:
+    """The client's agent has every delivery up to `position` (its stream's numbering):
+    they are `delivered`. Confirming less than before changes nothing. Returns the
+    stream, whose `last_position` tells the agent whether it is missing some."""
+    target = f"client:{client.name}"
+    with audit.refusals_recorded(actor=actor, action="delivery.confirm", target=target):
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise InvalidInput("position must be a whole number, 0 or more", field="position")
+        with transaction.atomic():
+            stream = ReceiverStream.objects.select_for_update().filter(client=client).first()
+            stream = stream or ReceiverStream(client=client)
+            if position > stream.last_position:
+                raise InvalidInput(
+                    f"position {position} is beyond this client's last delivery "
+                    f"({stream.last_position})",
+                    field="position",
+                )
+            if position > stream.confirmed_position:
+                _mark_received(client, stream.confirmed_position, position)
+                stream.confirmed_position = position
+                stream.save(update_fields=["confirmed_position"])
+    return stream
+
+
+def _mark_received(client: Client, after: int, through: int) -> None:
+    Delivery.objects.filter(
+        receiver=client, position__gt=after, position__lte=through, state__in=UNCONFIRMED
+    ).update(state=Delivery.State.DELIVERED, received_at=timezone.now())
+
+
+EXPIRE_UNCONFIRMED = """
+UPDATE broker_delivery AS d SET state = 'expired'
+FROM broker_event AS e
+WHERE d.state = 'pending' AND d.event_id = e.id AND e.expires_at <= now()
+"""
+
+
+def expire_unconfirmed() -> int:
+    """Deliveries whose event expired before their agent confirmed them are `expired`
+    (the receiver was offline, or never said it had them); return how many changed."""
+    with connection.cursor() as cursor:
+        cursor.execute(EXPIRE_UNCONFIRMED)
+        return cursor.rowcount

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from broker import audit
@@ -24,6 +25,7 @@ MAX_CONTENT_ATTRIBUTES = 100
 MAX_SELECTOR_LENGTH = 10_000
 CONTENT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CHANNEL_NAME = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
 # Content names that would pose as the sender's attributes: refused, not ignored.
 FORGED_NAMES = frozenset({"sender", "receiver", "event"})
 
@@ -35,27 +37,88 @@ def publish_event(
     selector: str = "",
     lifetime_s: int = 60,
     channel: str = "default",
+    idempotency_key: str | None = None,
     actor: Actor | None = None,
 ) -> Event:
     """Accept an event from `sender` and route it after commit.
 
     The sender's qualifying attributes are the ones authorities attested, read now and
-    stored with the event; nothing in `content` can change them.
+    stored with the event; nothing in `content` can change them. With an
+    `idempotency_key` the sender already used, nothing is published: the event first
+    published with it is returned (a retry after a lost answer must not send twice).
     """
     actor = actor or Actor("client", sender.name)
-    with audit.refusals_recorded(
+    audited = audit.refusals_recorded(
         actor=actor,
         action="event.publish",
         target=f"client:{sender.name}",
         details={"channel": str(channel)[:128]},
-    ):
+    )
+    with audited:
         _check_publish(sender, content, selector, lifetime_s, channel)
+        key = _checked_key(idempotency_key)
+        request = PublishRequest(dict(content), selector.strip(), lifetime_s, channel)
+        earlier = _earlier_event(sender, key, request)
+    if earlier is not None:
+        return earlier
+    try:
+        return _publish(sender, request, key)
+    except IntegrityError:
+        # Another publish with the same key committed in between: it wins.
+        with audited:
+            earlier = _earlier_event(sender, key, request)
+        if earlier is None:
+            raise
+        return earlier
+
+
+@dataclass(frozen=True)
+class PublishRequest:
+    """What a sender asked to publish, as compared between retries."""
+
+    content: dict
+    selector: str
+    lifetime_s: int
+    channel: str
+
+
+def _publish(sender: Client, request: PublishRequest, key: str) -> Event:
     with transaction.atomic():
-        event = _create_event(sender, dict(content), selector.strip(), lifetime_s, channel)
+        event = _create_event(sender, request, key)
         # The first hop is written with the event: an accepted event is never left
         # without its routing.
         route_published(event)
     return event
+
+
+def _checked_key(key: Any) -> str:
+    """The idempotency key, "" for none."""
+    if key is None:
+        return ""
+    if not isinstance(key, str) or not IDEMPOTENCY_KEY.fullmatch(key):
+        raise InvalidInput(
+            "idempotency_key must be 1-128 printable characters without spaces",
+            field="idempotency_key",
+        )
+    return key
+
+
+def _earlier_event(sender: Client, key: str, request: PublishRequest) -> Event | None:
+    """The event the sender published with `key` before, if any; refused if the key
+    was used for a different request (a client bug that must not go unnoticed)."""
+    if not key:
+        return None
+    earlier = Event.objects.filter(sender=sender, idempotency_key=key).first()
+    if earlier is not None and _request_of(earlier) != request:
+        raise InvalidInput(
+            f"idempotency_key {key!r} was used for a different event ({earlier.pk})",
+            field="idempotency_key",
+        )
+    return earlier
+
+
+def _request_of(event: Event) -> PublishRequest:
+    return PublishRequest(event.content, event.selector, event.lifetime_s, event.channel)
 
 
 def check_event(
@@ -137,18 +200,17 @@ def _next_sequence(sender: Client, channel: str) -> int:
         return cursor.fetchone()[0]
 
 
-def _create_event(
-    sender: Client, content: dict, selector: str, lifetime_s: int, channel: str
-) -> Event:
+def _create_event(sender: Client, request: PublishRequest, key: str) -> Event:
     now = timezone.now()
     return Event.objects.create(
         sender=sender,
-        channel=channel,
-        sequence=_next_sequence(sender, channel),
-        content=content,
-        selector=selector,
+        channel=request.channel,
+        sequence=_next_sequence(sender, request.channel),
+        content=request.content,
+        selector=request.selector,
         sender_attributes=attested_attributes(sender, now=now),
-        lifetime_s=lifetime_s,
+        lifetime_s=request.lifetime_s,
         published_at=now,
-        expires_at=now + timedelta(seconds=lifetime_s),
+        expires_at=now + timedelta(seconds=request.lifetime_s),
+        idempotency_key=key,
     )

@@ -285,7 +285,7 @@ def test_a_receiver_that_was_offline_gets_what_it_missed_once_in_order_then_live
     assert [n.content["n"] for n in missed] == [1, 2, 3]
     assert [n.sequence for n in missed] == [2, 3, 4] and all(n.replay for n in missed)
     assert live.content["n"] == 4 and not live.replay
-    assert server._notifications.empty()  # nothing twice
+    assert server._ready.empty()  # nothing twice
     assert first.content["n"] == 0
 
 
@@ -337,7 +337,7 @@ def test_a_consumer_receives_only_its_own_clients_deliveries(asgi_server, cast):
             got = await next_notification(iis)
             await in_thread(wait_until_idle)()
             await asyncio.sleep(0.5)
-            return got, not_iis._notifications.qsize()
+            return got, not_iis._ready.qsize()
 
     got, elsewhere = run(flow())
     assert got.content == COMMAND and elsewhere == 0

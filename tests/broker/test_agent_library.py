@@ -1,0 +1,178 @@
+"""The agent library (broker.client) against scripted servers that misbehave as real
+ones do: logins closed with 1011, pushes out of order, repeated or lost. The
+application must see each delivery once, in position order, over one session."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+
+import pytest
+from websockets.asyncio.server import ServerConnection, serve
+
+from broker import client as library
+from broker.client import Agent, Notification
+
+Script = Callable[[ServerConnection, dict, "FakeServer"], Awaitable[None]]
+
+
+class FakeServer:
+    """A WebSocket server that answers each login with the next script and records
+    every frame the agent sent and how many sessions are open."""
+
+    def __init__(self, *scripts: Script) -> None:
+        self.scripts = list(scripts)
+        self.logins: list[dict] = []
+        self.frames: list[dict] = []
+        self.open_sessions = 0
+        self.most_open = 0
+
+    async def handle(self, socket: ServerConnection) -> None:
+        self.open_sessions += 1
+        self.most_open = max(self.most_open, self.open_sessions)
+        try:
+            login = json.loads(await socket.recv())
+            self.logins.append(login)
+            await self.scripts.pop(0)(socket, login, self)
+            async for text in socket:
+                await self._answer(socket, json.loads(text))
+        except Exception:  # the agent went away; the session is over
+            pass
+        finally:
+            self.open_sessions -= 1
+
+    async def _answer(self, socket: ServerConnection, frame: dict) -> None:
+        self.frames.append(frame)
+        if frame["type"] == "received":
+            await send(socket, {"type": "ok", "ref": frame["ref"], "last_position": 0})
+        elif frame["type"] == "resend":
+            handler = getattr(self, "on_resend", None)
+            if handler is not None:
+                await handler(socket, frame)
+
+
+async def send(socket: ServerConnection, frame: dict) -> None:
+    await socket.send(json.dumps(frame))
+
+
+def notification(position: int) -> dict:
+    return {
+        "type": "notification",
+        "delivery": 1000 + position,
+        "position": position,
+        "event": f"event-{position}",
+        "sender": 7,
+        "channel": "default",
+        "sequence": position,
+        "content": {"n": position},
+        "replay": False,
+    }
+
+
+async def welcome(socket: ServerConnection, login: dict, through: int = 0) -> None:
+    await send(socket, {"type": "welcome", "ref": login["ref"], "heartbeat_s": 30})
+    await send(socket, {"type": "replayed", "ref": login["ref"], "count": 0, "through": through})
+
+
+def close_1011(delay_s: float = 0.0) -> Script:
+    async def script(socket, login, server) -> None:
+        await asyncio.sleep(delay_s)
+        await socket.close(code=1011, reason="internal error")
+
+    return script
+
+
+def push(*positions: int) -> Script:
+    async def script(socket, login, server) -> None:
+        await welcome(socket, login)
+        for position in positions:
+            await send(socket, notification(position))
+
+    return script
+
+
+async def received_by_application(server: FakeServer, count: int) -> list[Notification]:
+    """Run an agent against `server` until the application has `count` notifications."""
+    taken: list[Notification] = []
+    async with serve(server.handle, "127.0.0.1", 0) as listening:
+        port = listening.sockets[0].getsockname()[1]
+        agent = Agent(f"ws://127.0.0.1:{port}/", "snt_test")
+        running = asyncio.create_task(agent.run(lambda n: taken.append(n)))
+        while len(taken) < count:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)  # anything more would arrive now
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        await agent.close()
+    return taken
+
+
+@pytest.fixture(autouse=True)
+def quick_reconnects(monkeypatch):
+    monkeypatch.setattr(library, "RECONNECT_FIRST_S", 0.05)
+    monkeypatch.setattr(library, "GAP_WAIT_S", 0.2)
+
+
+def run(coroutine):
+    return asyncio.run(asyncio.wait_for(coroutine, timeout=30))
+
+
+def test_logins_closed_with_1011_leave_one_session_and_each_notification_once():
+    server = FakeServer(close_1011(), close_1011(0.1), push(*range(1, 11)))
+    taken = run(received_by_application(server, 10))
+    assert [n.position for n in taken] == list(range(1, 11))
+    assert len(server.logins) == 3 and server.most_open == 1
+
+
+def test_repeated_and_overtaking_pushes_reach_the_application_once_in_order():
+    server = FakeServer(push(1, 3, 2, 2, 4, 1, 4))
+    taken = run(received_by_application(server, 4))
+    assert [n.position for n in taken] == [1, 2, 3, 4]
+
+
+def test_a_gap_that_does_not_fill_itself_is_asked_for_again():
+    server = FakeServer(push(1, 3))
+
+    async def on_resend(socket, frame) -> None:
+        await send(socket, notification(2))
+        await send(socket, notification(3))
+        await send(socket, {"type": "replayed", "ref": frame["ref"], "count": 2, "through": 3})
+
+    server.on_resend = on_resend
+    taken = run(received_by_application(server, 3))
+    assert [n.position for n in taken] == [1, 2, 3]
+    assert any(f["type"] == "resend" and f["after_position"] == 1 for f in server.frames)
+
+
+def test_positions_gone_by_the_time_of_a_replay_are_skipped_not_awaited():
+    server = FakeServer(push(1, 4))
+
+    async def on_resend(socket, frame) -> None:  # 2 and 3 expired: nothing to send
+        await send(socket, {"type": "replayed", "ref": frame["ref"], "count": 0, "through": 3})
+
+    server.on_resend = on_resend
+    taken = run(received_by_application(server, 2))
+    assert [n.position for n in taken] == [1, 4]
+
+
+def test_a_reconnecting_agent_resumes_after_the_last_position_it_took_in():
+    async def first(socket, login, server) -> None:
+        await welcome(socket, login)
+        for position in (1, 2):
+            await send(socket, notification(position))
+        await asyncio.sleep(0.1)
+        await socket.close(code=1011)
+
+    server = FakeServer(first, push(2, 3))
+    taken = run(received_by_application(server, 3))
+    assert [n.position for n in taken] == [1, 2, 3]
+    assert "after_position" not in server.logins[0]
+    assert server.logins[1]["after_position"] == 2
+
+
+def test_the_agent_confirms_what_it_has():
+    server = FakeServer(push(1, 2, 3))
+    run(received_by_application(server, 3))
+    confirmed = [f["position"] for f in server.frames if f["type"] == "received"]
+    assert confirmed and confirmed[-1] == 3
