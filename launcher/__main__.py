@@ -157,6 +157,9 @@ def command_test(args: argparse.Namespace) -> int:
     env.setdefault("CELERY_VISIBILITY_S", "8")
     # The agent-socket test of the login deadline waits this long.
     env.setdefault("AGENT_LOGIN_TIMEOUT_S", "2")
+    # Agents confirm, and are sent what they lack, within seconds rather than tens.
+    env.setdefault("AGENT_HEARTBEAT_S", "2")
+    env.setdefault("AGENT_REDELIVER_AFTER_S", "2")
     services = Services(VAR / "test")
     try:
         services.provide(env)

@@ -79,12 +79,13 @@ def asgi_server(django_db_setup, django_db_blocker) -> str:
 class WorkerProcess:
     """A real Celery worker process serving the whole tree, which tests may kill."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, env: dict[str, str] | None = None) -> None:
         self.name = name
+        self.env = env or {}
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
-        self.process = start_worker(self.name)
+        self.process = start_worker(self.name, env=self.env)
         wait_for_worker(self.process)
 
     def kill_hard(self) -> None:
@@ -121,8 +122,11 @@ def worker_queues() -> str:
     return ",".join([settings.CELERY_TASK_DEFAULT_QUEUE, *queues])
 
 
-def start_worker(name: str, *, concurrency: int = 2) -> subprocess.Popen:
-    """Start a real Celery worker process serving the whole tree on the test database."""
+def start_worker(
+    name: str, *, concurrency: int = 2, env: dict[str, str] | None = None
+) -> subprocess.Popen:
+    """Start a real Celery worker process serving the whole tree on the test database
+    (with `env` added to its environment)."""
     argv = [
         str(BIN / "celery"), "-A", "console", "worker", "--loglevel", "WARNING",
         "--concurrency", str(concurrency), "--without-gossip", "--without-mingle",
@@ -130,7 +134,10 @@ def start_worker(name: str, *, concurrency: int = 2) -> subprocess.Popen:
     ]  # fmt: skip
     # Its own session, so that a test can kill the pool's processes with it.
     return subprocess.Popen(
-        argv, env=environment_for_test_database(), cwd=ROOT, start_new_session=True
+        argv,
+        env={**environment_for_test_database(), **(env or {})},
+        cwd=ROOT,
+        start_new_session=True,
     )
 
 

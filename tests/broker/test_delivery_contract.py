@@ -1,0 +1,239 @@
+"""The delivery contract of docs/protocol.md through the real stack (Daphne, a Celery
+worker, PostgreSQL, Redis): what a worker committed but never pushed still reaches the
+agent, once and in order; receipt is confirmed; what expires unconfirmed says so; and
+a retried publish does not publish twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+from datetime import timedelta
+
+import pytest
+import redis
+from channels.db import database_sync_to_async as in_thread
+from django.utils import timezone
+
+from broker import wakeups
+from broker.client import Agent, AgentError
+from broker.models import Delivery, Event, HopInbox, ReceiverStream
+from broker.routing import wake_stalled_dispatchers
+from broker.scenario import load_scenario
+from broker.services.clients import issue_token
+from broker.services.deliveries import confirm_receipt, expire_unconfirmed
+from broker.services.events import publish_event
+from tests.broker.agent_helpers import ISSUER, agent_url, wait_for
+from tests.broker.tree_helpers import wait_until_idle
+from tests.conftest import WorkerProcess
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+
+COMMAND = {"kind": "command", "action": "disable-cgi"}
+IIS_SELECTOR = 'receiver.software == "IIS"'
+# A channel layer no one listens on: a worker using it commits deliveries and every
+# push after the commit fails, as when a worker dies between the two.
+UNREACHABLE_LAYER = "unix:///nonexistent/sn-push.sock?db=0"
+
+
+@pytest.fixture
+def cast(celery_worker):
+    scenario = load_scenario(servers=4)
+    wait_until_idle()
+    server = next(s for s in scenario.servers if s.name == "web-00000")
+    controller = scenario.controllers["intellimune-national"]
+    return {
+        "server": issue_token(client=server, actor=ISSUER),
+        "controller": issue_token(client=controller, actor=ISSUER),
+        "server_client": server,
+        "controller_client": controller,
+    }
+
+
+class PushesLost:
+    """Between begin() and end() the tree runs on a worker whose pushes all fail after
+    commit; the test's usual worker runs before and after."""
+
+    def __init__(self, usual: WorkerProcess) -> None:
+        self.usual = usual
+        self.broken = WorkerProcess("no-push", env={"CHANNEL_LAYER_URL": UNREACHABLE_LAYER})
+
+    def begin(self) -> None:
+        self.usual.stop()
+        self.broken.start()
+
+    def end(self) -> None:
+        wait_until_idle()
+        self.broken.stop()
+        self.usual.start()
+
+
+@pytest.fixture
+def pushes_lost(celery_worker):
+    switch = PushesLost(celery_worker)
+    yield switch
+    if celery_worker.process.poll() is not None:  # the test failed midway
+        switch.end()
+
+
+def run(coroutine):
+    return asyncio.run(asyncio.wait_for(coroutine, timeout=90))
+
+
+async def taken_in(agent: Agent, count: int, timeout_s: float = 30) -> list:
+    """The next `count` notifications the application is handed."""
+    stream = agent.notifications()
+    return [await asyncio.wait_for(anext(stream), timeout_s) for _ in range(count)]
+
+
+def test_deliveries_committed_but_never_pushed_reach_the_agent_once_in_order(
+    asgi_server, cast, pushes_lost
+):
+    url = agent_url(asgi_server)
+
+    async def flow():
+        async with Agent(url, cast["server"]) as server, Agent(url, cast["controller"]) as ctl:
+            await server.replayed.wait()
+            await in_thread(pushes_lost.begin)()
+            for n in (1, 2):
+                await ctl.publish({**COMMAND, "n": n}, selector=IIS_SELECTOR, channel="ops")
+            await in_thread(pushes_lost.end)()
+            await ctl.publish({**COMMAND, "n": 3}, selector=IIS_SELECTOR, channel="ops")
+            taken = await taken_in(server, 3)
+            await asyncio.sleep(0.5)
+            return taken, server._ready.qsize(), server.duplicates
+
+    taken, left_over, _ = run(flow())
+    assert [n.content["n"] for n in taken] == [1, 2, 3]
+    assert [n.position for n in taken] == [1, 2, 3] and left_over == 0
+    wait_for(lambda: _states(cast["server_client"]) == ["delivered"] * 3, "receipt confirmed")
+
+
+def test_a_lost_push_with_nothing_after_it_is_sent_again_while_connected(
+    asgi_server, cast, pushes_lost
+):
+    url = agent_url(asgi_server)
+
+    async def flow():
+        async with Agent(url, cast["server"]) as server, Agent(url, cast["controller"]) as ctl:
+            await server.replayed.wait()
+            await in_thread(pushes_lost.begin)()
+            await ctl.publish(COMMAND, selector=IIS_SELECTOR)
+            await in_thread(pushes_lost.end)()
+            # Nothing else is published: the agent learns from its own confirmations
+            # (its heartbeat) that the stream goes further than what it has.
+            return await taken_in(server, 1)
+
+    (taken,) = run(flow())
+    assert taken.content == COMMAND and taken.position == 1
+
+
+def test_an_agent_resuming_after_a_position_gets_only_what_follows(asgi_server, cast):
+    url = agent_url(asgi_server)
+
+    async def flow():
+        async with Agent(url, cast["controller"]) as ctl:
+            for n in (1, 2, 3):
+                await ctl.publish({**COMMAND, "n": n}, selector=IIS_SELECTOR)
+        await in_thread(wait_until_idle)()
+        async with Agent(url, cast["server"], after_position=2) as server:
+            return await taken_in(server, 1), server.position
+
+    (taken,), position = run(flow())
+    assert taken.content["n"] == 3 and taken.replay and position == 3
+
+
+def test_an_event_that_expires_before_its_receiver_confirms_it_is_expired(cast):
+    short = publish_event(
+        sender=cast["controller_client"], content=COMMAND, selector=IIS_SELECTOR, lifetime_s=1
+    )
+    wait_until_idle()
+    receiver = cast["server_client"]
+    # Another IIS server confirms its copy in time; web-00000 never connects.
+    other = Delivery.objects.exclude(receiver=receiver).get(event=short)
+    confirm_receipt(client=other.receiver, position=other.position, actor=ISSUER)
+    Event.objects.filter(pk=short.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert expire_unconfirmed() == 1
+    states = dict(Delivery.objects.filter(event=short).values_list("receiver__name", "state"))
+    assert states == {receiver.name: "expired", other.receiver.name: "delivered"}
+
+
+def test_an_agent_cannot_confirm_beyond_its_stream(cast):
+    from broker.errors import InvalidInput
+
+    with pytest.raises(InvalidInput) as refused:
+        confirm_receipt(client=cast["server_client"], position=5, actor=ISSUER)
+    assert refused.value.field == "position"
+
+
+def test_publishing_again_with_the_same_idempotency_key_returns_the_first_event(asgi_server, cast):
+    url = agent_url(asgi_server)
+
+    async def flow():
+        async with Agent(url, cast["controller"]) as ctl:
+            first = await ctl.publish(COMMAND, selector=IIS_SELECTOR, idempotency_key="cmd-42")
+            again = await ctl.publish(COMMAND, selector=IIS_SELECTOR, idempotency_key="cmd-42")
+            with pytest.raises(AgentError) as refused:
+                await ctl.publish({"kind": "command"}, idempotency_key="cmd-42")
+            return first, again, refused.value
+
+    first, again, refused = run(flow())
+    assert (first["event"], first["sequence"]) == (again["event"], again["sequence"])
+    assert Event.objects.filter(idempotency_key="cmd-42").count() == 1
+    assert (refused.code, refused.field) == ("invalid", "idempotency_key")
+
+
+def test_the_http_api_honours_the_idempotency_key_header(asgi_server, cast):
+    def post() -> dict:
+        request = urllib.request.Request(
+            asgi_server + "/api/v1/events",
+            data=json.dumps({"content": COMMAND}).encode(),
+            method="POST",
+            headers={
+                "Content-Type": "application/json",
+                "Authorization": f"Bearer {cast['controller']}",
+                "Idempotency-Key": "soar-incident-7",
+            },
+        )
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return json.loads(response.read())
+
+    assert post()["event"] == post()["event"]
+    assert Event.objects.filter(idempotency_key="soar-incident-7").count() == 1
+
+
+def test_a_publish_whose_wake_up_fails_after_commit_still_succeeds(cast, monkeypatch):
+    # Redis gone between the commit and the wake-up: the event and its first hop are
+    # committed, so the publisher is told it was published; the sweep wakes the leaf.
+    monkeypatch.setattr(wakeups, "_client", redis.Redis(unix_socket_path="/nonexistent.sock"))
+    event = publish_event(sender=cast["controller_client"], content=COMMAND, actor=ISSUER)
+    assert HopInbox.objects.filter(event=event).exists()
+    monkeypatch.undo()
+    # What the periodic sweep does: the event is routed after all.
+    assert wake_stalled_dispatchers(older_than=timedelta(0)) == 1
+    wait_until_idle()
+    assert Delivery.objects.filter(event=event).exists()
+
+
+def _states(client) -> list[str]:
+    deliveries = Delivery.objects.filter(receiver=client).order_by("position")
+    return list(deliveries.values_list("state", flat=True))
+
+
+def test_positions_number_each_receivers_deliveries_without_gaps(cast):
+    sender = cast["controller_client"]
+    for n in range(5):
+        publish_event(sender=sender, content={**COMMAND, "n": n}, selector=IIS_SELECTOR)
+    wait_until_idle()
+    for receiver_id, positions in _positions_by_receiver().items():
+        assert positions == list(range(1, len(positions) + 1)), receiver_id
+        assert ReceiverStream.objects.get(client_id=receiver_id).last_position == len(positions)
+
+
+def _positions_by_receiver() -> dict[int, list[int]]:
+    found: dict[int, list[int]] = {}
+    for receiver, position in Delivery.objects.order_by("receiver", "position").values_list(
+        "receiver", "position"
+    ):
+        found.setdefault(receiver, []).append(position)
+    return found
