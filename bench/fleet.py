@@ -127,17 +127,23 @@ def push_baseline(rounds: int, client_ids: list[int]) -> None:
     for index in range(rounds):
         sent_at = time.time()
         content = {"kind": "probe", "bench": "baseline", "sent_at": sent_at}
-        # Ids above any real delivery's: the consumer writes each id once per socket.
-        fake = 10**12 + index
-        push(Pushed(fake, cid, "baseline", 0, "baseline", index + 1, content) for cid in client_ids)
+        # Position 0: the agents' library drops it as a repeat, but its observer (which
+        # measures latency) sees it arrive, as it sees real deliveries arrive.
+        push(
+            Pushed(
+                delivery_id=10**12 + index, position=0, receiver_id=cid, event_id="baseline",
+                sender_id=0, channel="baseline", sequence=index + 1, content=content,
+            )
+            for cid in client_ids
+        )  # fmt: skip
         # Unacknowledged, so unobservable from here: leave time for the slowest socket.
         time.sleep(2.0 + 0.003 * len(client_ids))
 
 
 def latencies(stats_dir: str) -> dict[str, list[float]]:
     found: dict[str, list[float]] = {}
-    for path in Path(stats_dir).glob("latencies-*.json"):
-        for label, ms in json.loads(path.read_text()):
+    for path in Path(stats_dir).glob("fleet-stats-*.json"):
+        for label, ms in json.loads(path.read_text())["latencies"]:
             found.setdefault(label, []).append(ms)
     return found
 

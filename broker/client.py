@@ -137,9 +137,19 @@ class Agent:
     replays what came after it (docs/protocol.md, "The delivery contract").
     """
 
-    def __init__(self, url: str, token: str, *, after_position: int | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        after_position: int | None = None,
+        observer: Callable[[Notification], None] | None = None,
+    ) -> None:
         self.url = url
         self.token = token
+        # Sees every notification as it comes off the wire, repeats included, before
+        # any ordering (for monitoring and benchmarks; the application uses run()).
+        self.observer = observer
         self.position = after_position  # every delivery up to here was taken in
         self.welcome: dict | None = None
         self.replayed = asyncio.Event()
@@ -334,7 +344,10 @@ class Agent:
     def _dispatch(self, session: _Session, frame: dict) -> None:
         kind, ref = frame.get("type"), frame.get("ref")
         if kind == "notification":
-            self._take(Notification.from_frame(frame))
+            notification = Notification.from_frame(frame)
+            if self.observer is not None:
+                self.observer(notification)
+            self._take(notification)
         elif kind == "replayed":
             self._covered(frame.get("through", 0))
         if ref is not None and ref in session.pending and kind != "notification":

@@ -39,9 +39,6 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.actor: Actor | None = None
         self.bucket = protocol.TokenBucket()
         self.refused_frames = 0
-        # Every position up to here was covered by a replay on this connection: a live
-        # push of one of them is not sent again.
-        self.replayed_through = 0
         self.stalled: tuple[int, float] | None = None  # (confirmed position, since when)
         await self.accept()
         self.login_deadline = asyncio.create_task(self._close_unless_logged_in())
@@ -160,7 +157,6 @@ class AgentConsumer(AsyncWebsocketConsumer):
             if len(items) < protocol.REPLAY_PAGE:
                 break
             cursor = items[-1]["position"]
-        self.replayed_through = max(self.replayed_through, through)
         await self._send({"type": "replayed", "ref": ref, "count": count, "through": through})
 
     async def on_advertise(self, request: Request) -> dict:
@@ -248,9 +244,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def deliveries_push(self, message: dict) -> None:
         """New deliveries of this client, pushed by its leaf after they committed."""
+        # Sent as they come: a push that crosses a replay arrives twice, and the agent
+        # drops the repeat by its position (docs/protocol.md, "The delivery contract").
         for item in message["groups"].get(client_group(self.client.id), []):
-            if item["position"] > self.replayed_through:
-                await self._notify(item, replay=False)
+            await self._notify(item, replay=False)
 
     async def session_revoked(self, message: dict) -> None:
         """The client's tokens were revoked: the session ends now."""

@@ -43,6 +43,7 @@ class SimulatedServer:
     rng: random.Random
     stopped: bool = False
     latencies_ms: list[tuple[str, float]] = field(default_factory=list)
+    received: list[tuple] = field(default_factory=list)  # as the application saw them
     agent: Agent | None = None
 
     @property
@@ -51,7 +52,7 @@ class SimulatedServer:
 
     async def start(self) -> None:
         """Connect, log in and advertise the whole model."""
-        self.agent = Agent(self.url, self.token)
+        self.agent = Agent(self.url, self.token, observer=self.arrived)
         await self.agent.connect()
         await self.agent.advertise(self.values)
 
@@ -65,11 +66,19 @@ class SimulatedServer:
         finally:
             drifting.cancel()
 
+    def arrived(self, notification: Notification) -> None:
+        """Benchmark events carry their publish time: how long they took to get here."""
+        sent_at = notification.content.get("sent_at")
+        if isinstance(sent_at, int | float):
+            ms = (time.time() - sent_at) * 1000
+            self.latencies_ms.append((str(notification.content.get("bench", "")), ms))
+
     def obey(self, notification: Notification) -> Result | None:
         content = notification.content
-        if "sent_at" in content:  # benchmark events carry their publish time
-            ms = (time.time() - content["sent_at"]) * 1000
-            self.latencies_ms.append((str(content.get("bench", "")), ms))
+        self.received.append(
+            (self.hostname, notification.event, notification.sender, notification.channel,
+             notification.sequence, notification.position)
+        )  # fmt: skip
         if content.get("kind") == "probe":
             return None
         if "alert" in content:
@@ -157,7 +166,13 @@ def main(argv: list[str]) -> int:
         servers = []
     if spec.get("stats"):
         with open(spec["stats"], "w") as file:
-            json.dump([pair for s in servers for pair in s.latencies_ms], file)
+            json.dump(
+                {
+                    "latencies": [pair for s in servers for pair in s.latencies_ms],
+                    "received": [item for s in servers for item in s.received],
+                },
+                file,
+            )
     return 0
 
 

@@ -17,7 +17,7 @@ STOP_TIMEOUT_S = 15.0
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child: ask Linux to send SIGTERM when the launcher dies, even by SIGKILL."""
     # Not on Linux, there is no prctl: children are still stopped on a normal exit.
     with contextlib.suppress(OSError):
@@ -52,7 +52,7 @@ class Supervisor:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
             pass_fds=pass_fds,
         )
         child = Child(name, process)

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from launcher.supervisor import die_with_parent
 from tests.cast import OPERATOR, create_member
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,12 +133,14 @@ def start_worker(
         "--concurrency", str(concurrency), "--without-gossip", "--without-mingle",
         "--without-heartbeat", "--hostname", f"{name}@%h", "--queues", worker_queues(),
     ]  # fmt: skip
-    # Its own session, so that a test can kill the pool's processes with it.
+    # Its own session, so that a test can kill the pool's processes with it; it dies
+    # with the test process, so that no worker outlives an interrupted run.
     return subprocess.Popen(
         argv,
         env={**environment_for_test_database(), **(env or {})},
         cwd=ROOT,
         start_new_session=True,
+        preexec_fn=die_with_parent,
     )
 
 

@@ -101,12 +101,16 @@ def _order(event: RoutedEvent) -> tuple:
 def _plan_stream(state, stream, batch, matched, positions) -> dict[int, list[RoutedEvent]]:
     plans = {}
     gaps: list[RoutedEvent] | None = None
+    sequences = {e.sequence for e in batch}
     for receiver_id in set().union(*(matched[e.id] for e in batch)):
         position = positions.get((receiver_id, *stream), 0)
         due = [e for e in batch if receiver_id in matched[e.id] and e.sequence > position]
         if not due:
             continue
-        if due[0].sequence > position + 1:
+        # Events of the stream between the receiver's position and the batch's last one
+        # that are not in the batch (held up upstream, say by a lost wake-up) must be
+        # decided now: once the receiver holds a later one, they are final.
+        if _has_hole(sequences, position, due[-1].sequence):
             gaps = gaps if gaps is not None else _stream_events(stream, batch)
             earlier = [e for e in gaps if position < e.sequence < due[-1].sequence]
             due = sorted(
@@ -115,6 +119,12 @@ def _plan_stream(state, stream, batch, matched, positions) -> dict[int, list[Rou
             )
         plans[receiver_id] = due
     return plans
+
+
+def _has_hole(sequences: set[int], position: int, last: int) -> bool:
+    """Whether some sequence after `position` and before `last` is not in `sequences`."""
+    present = sum(1 for sequence in sequences if position < sequence < last)
+    return present < last - position - 1
 
 
 def _stream_events(stream: tuple[int, str], batch: list[RoutedEvent]) -> list[RoutedEvent]:

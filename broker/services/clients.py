@@ -172,7 +172,9 @@ def revoke_tokens(*, client: Client, actor: Actor) -> int:
             details={"revoked": count},
         )
         # Connected sessions end too: a revoked token must not keep a socket open.
-        transaction.on_commit(lambda: notify.end_sessions(client.pk))
+        # robust: if Redis is down the revocation still stands (and is answered); the
+        # failure is logged.
+        transaction.on_commit(lambda: notify.end_sessions(client.pk), robust=True)
     return count
 
 

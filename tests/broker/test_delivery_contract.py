@@ -72,8 +72,9 @@ class PushesLost:
 def pushes_lost(celery_worker):
     switch = PushesLost(celery_worker)
     yield switch
-    if celery_worker.process.poll() is not None:  # the test failed midway
-        switch.end()
+    switch.broken.stop()  # whatever happened: it must not serve later tests
+    if celery_worker.process.poll() is not None:
+        celery_worker.start()
 
 
 def run(coroutine):

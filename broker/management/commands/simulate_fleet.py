@@ -32,7 +32,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--load-interval", type=float, default=15.0, help="seconds between load changes"
         )
-        parser.add_argument("--stats-dir", help="where each process writes its latencies")
+        parser.add_argument(
+            "--stats-dir",
+            help="where each process writes its latencies and what its agents received",
+        )
 
     def handle(self, *args, agents: int, processes: int, **options) -> None:
         if agents < 1 or not 1 <= processes <= agents:
@@ -74,7 +77,7 @@ class Command(BaseCommand):
 
 
 def _stats_path(folder: str | None, part: int) -> str | None:
-    return str(Path(folder) / f"latencies-{part}.json") if folder else None
+    return str(Path(folder) / f"fleet-stats-{part}.json") if folder else None
 
 
 def _stop_children_on_signals(children: list[subprocess.Popen]) -> None:

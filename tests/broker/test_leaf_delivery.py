@@ -1,0 +1,64 @@
+"""Delivery at a leaf, driven hop by hop in this process so that events can be made to
+arrive in the order a real fault produces (some held up upstream, later ones first)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+
+from broker.dispatch import state as dispatch_state
+from broker.dispatch.routing import DOWN, route
+from broker.models import Delivery
+from broker.scenario import load_scenario
+from broker.services.events import publish_event
+from tests.broker.agent_helpers import ISSUER
+
+pytestmark = pytest.mark.django_db(databases=["default", "audit"])
+
+IIS_SELECTOR = 'receiver.software == "IIS"'
+
+
+@pytest.fixture
+def stream():
+    """Five commands on one channel to the IIS servers, not routed yet (no worker)."""
+    scenario = load_scenario(servers=4)
+    sender = scenario.controllers["intellimune-national"]
+    events = [
+        publish_event(
+            sender=sender,
+            content={"kind": "command", "action": "status", "n": n},
+            selector=IIS_SELECTOR,
+            channel="ops",
+            actor=ISSUER,
+        )
+        for n in range(1, 6)
+    ]
+    receiver = next(s for s in scenario.servers if s.name == "web-00000")
+    yield receiver, events
+    dispatch_state.forget_leaf(receiver.dispatcher_id)
+
+
+def arrive(leaf_id: int, events) -> None:
+    with transaction.atomic():
+        route(leaf_id, [str(e.pk) for e in events], direction=DOWN, came_from=None)
+
+
+def sequences_in_position_order(receiver) -> list[int]:
+    deliveries = Delivery.objects.filter(receiver=receiver).order_by("position")
+    return list(deliveries.values_list("sequence", flat=True))
+
+
+def test_events_missing_from_the_middle_of_a_batch_are_delivered_before_later_ones(stream):
+    receiver, events = stream
+    leaf = receiver.dispatcher_id
+    first, second, third, fourth, fifth = events
+    arrive(leaf, [first, second, fifth])  # third and fourth are held up upstream
+    arrive(leaf, [third, fourth])  # they arrive late: already delivered, nothing twice
+    assert sequences_in_position_order(receiver) == [1, 2, 3, 4, 5]
+
+
+def test_events_missing_before_a_batch_are_delivered_first(stream):
+    receiver, events = stream
+    arrive(receiver.dispatcher_id, events[3:])
+    arrive(receiver.dispatcher_id, events[:3])
+    assert sequences_in_position_order(receiver) == [1, 2, 3, 4, 5]
