@@ -162,9 +162,10 @@ CELERY_BROKER_URL = check_redis_url("CELERY_BROKER_URL", env_str("CELERY_BROKER_
 CELERY_BROKER_URL = celery_broker_url_for(CELERY_BROKER_URL)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A worker that loses Redis reconnects (after 2, 4, 6 ... 30 s) for as long as it takes,
-# rather than exiting after 100 attempts; tasks it was running when the connection
-# went cannot be acknowledged any more, so they are cancelled, not finished twice:
-# Redis hands them out again (visibility timeout) and they are idempotent.
+# rather than exiting after 100 attempts. Tasks it was running when the connection went
+# can no longer be acknowledged, so they are cancelled rather than run to the end and
+# then again: Redis hands them out again (visibility timeout), they are idempotent, and
+# the hops they were moving are still in the database's inboxes (the beat's sweep).
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 # A task taken by a worker that dies is handed out again after this many seconds; tasks

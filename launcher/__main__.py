@@ -130,6 +130,16 @@ def start_fleet(supervisor: Supervisor, env: dict[str, str], *, host: str, port:
     supervisor.start("fleet", argv, env)
 
 
+def prepare_console(env: dict[str, str]) -> str:
+    """Migrate, collect static files, make sure of an admin and the scenario; return
+    the queues a worker must serve."""
+    manage(env, "migrate", "--noinput", "-v", "0")
+    manage(env, "collectstatic", "--noinput", "-v", "0")
+    manage(env, "ensure_admin")
+    manage(env, "load_scenario")
+    return "celery," + manage(env, "dispatcher_queues", capture=True)
+
+
 def command_run(args: argparse.Namespace) -> int:
     """Start services, prepare the database, then the web server and workers, and
     keep them all running until Ctrl-C or SIGTERM."""
@@ -142,11 +152,7 @@ def command_run(args: argparse.Namespace) -> int:
     listener = None
     try:
         services.provide(env)
-        manage(env, "migrate", "--noinput", "-v", "0")
-        manage(env, "collectstatic", "--noinput", "-v", "0")
-        manage(env, "ensure_admin")
-        manage(env, "load_scenario")
-        queues = "celery," + manage(env, "dispatcher_queues", capture=True)
+        queues = prepare_console(env)
         listener = start_console(
             supervisor, env, host=args.host, port=args.port, queues=queues, data_dir=data_dir
         )
