@@ -16,6 +16,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 WORKER_ECHO_PREFIX = "sn-health:worker-echo:"
 POLL_INTERVAL_S = 0.02
@@ -40,8 +42,16 @@ class CheckResult:
 
 
 def redis_client() -> redis.Redis:
-    """A short-lived client for the configured Redis, with tight time-outs."""
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=settings.HEALTH_CHECK_TIMEOUT_S)
+    """A short-lived client for the configured Redis, with tight time-outs and no
+    retries: redis-py retries a refused connection for seconds by default, and a check
+    reports what is true now (while Redis is down, the page still answers at once)."""
+    timeout_s = settings.HEALTH_CHECK_TIMEOUT_S
+    return redis.Redis.from_url(
+        settings.REDIS_URL,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 0),
+    )
 
 
 def timed_check(name: str, probe: Callable[[], str]) -> CheckResult:
@@ -71,7 +81,17 @@ def probe_redis() -> str:
 
 def probe_channel_layer() -> str:
     layer = get_channel_layer()
-    return async_to_sync(_channel_layer_round_trip)(layer)
+    return async_to_sync(_bounded_round_trip)(layer)
+
+
+async def _bounded_round_trip(layer) -> str:
+    # The whole round trip is bounded, not just the receive: a send may wait for a free
+    # pooled connection or for an unreachable host for much longer.
+    timeout_s = settings.HEALTH_CHECK_TIMEOUT_S
+    try:
+        return await asyncio.wait_for(_channel_layer_round_trip(layer), timeout_s)
+    except TimeoutError:
+        raise TimeoutError(f"no send/receive round trip within {timeout_s:g} s") from None
 
 
 async def _channel_layer_round_trip(layer) -> str:
@@ -81,7 +101,7 @@ async def _channel_layer_round_trip(layer) -> str:
     channel = await layer.new_channel()
     token = secrets.token_hex(8)
     await layer.send(channel, {"type": "health.ping", "token": token})
-    message = await asyncio.wait_for(layer.receive(channel), settings.HEALTH_CHECK_TIMEOUT_S)
+    message = await layer.receive(channel)
     if message.get("token") != token:
         raise RuntimeError("the channel layer returned a different message")
     return f"{type(layer).__name__} send/receive"
@@ -99,7 +119,13 @@ def probe_celery_worker(*, queue: str | None = None, timeout_s: float | None = N
     timeout_s = timeout_s or settings.HEALTH_CHECK_TIMEOUT_S
     token = secrets.token_hex(8)
     client = redis_client()
-    health_echo.apply_async(args=[token], queue=queue or settings.CELERY_TASK_DEFAULT_QUEUE)
+    # One immediate retry (a pooled connection may be stale after a Redis restart),
+    # not the default's waits: with the broker down, the check says so now.
+    health_echo.apply_async(
+        args=[token],
+        queue=queue or settings.CELERY_TASK_DEFAULT_QUEUE,
+        retry_policy={"max_retries": 1, "interval_start": 0, "interval_step": 0},
+    )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if client.delete(WORKER_ECHO_PREFIX + token):

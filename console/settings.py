@@ -32,6 +32,10 @@ DATABASE_CONN_MAX_AGE_S = env_int("DATABASE_CONN_MAX_AGE_S", 60, minimum=0)
 _database = parse_database_url("DATABASE_URL", env_str("DATABASE_URL")).as_django(
     conn_max_age=DATABASE_CONN_MAX_AGE_S
 )
+# An unreachable server fails a request (or the health check) after this long instead of
+# hanging it. A restarted server costs each process one failed request at most: broken
+# connections are dropped before reuse (CONN_HEALTH_CHECKS, and console/celery.py).
+_database["OPTIONS"] = {"connect_timeout": env_int("DATABASE_CONNECT_TIMEOUT_S", 5, minimum=1)}
 DATABASES = {
     "default": _database,
     # The same database on a connection of its own: refusals are audited through it so
@@ -161,6 +165,13 @@ CACHES = {
 CELERY_BROKER_URL = check_redis_url("CELERY_BROKER_URL", env_str("CELERY_BROKER_URL", REDIS_URL))
 CELERY_BROKER_URL = celery_broker_url_for(CELERY_BROKER_URL)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A worker that loses Redis reconnects (after 2, 4, 6 ... 30 s) for as long as it takes,
+# rather than exiting after 100 attempts. Tasks it was running when the connection went
+# can no longer be acknowledged, so they are cancelled rather than run to the end and
+# then again: Redis hands them out again (visibility timeout), they are idempotent, and
+# the hops they were moving are still in the database's inboxes (the beat's sweep).
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 # A task taken by a worker that dies is handed out again after this many seconds; tasks
 # are short and idempotent, so a small value only costs an occasional duplicate run.
 CELERY_BROKER_TRANSPORT_OPTIONS = {

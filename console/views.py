@@ -1,6 +1,8 @@
 """The operators' pages. Views stay thin: reads come from selectors/health modules."""
 
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
@@ -18,14 +20,26 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @never_cache
-@login_required
 def health_page(request: HttpRequest) -> HttpResponse:
-    """The health page; htmx asks for just its `checks` partial to refresh it."""
+    """The health page (logged in); htmx asks for just its `checks` partial to refresh it.
+    While the database is down, no login can be checked: the checks are shown all the
+    same (/healthz.json shows them to anyone), so that the page says what is wrong."""
+    try:
+        logged_in = request.user.is_authenticated
+    except DatabaseError:
+        return _health_checks(request, status=200 if request.htmx else 503)
+    if not logged_in:
+        return redirect_to_login(request.get_full_path())
     if not request.htmx:
         return render(request, "console/health.html", {"checks": None})
+    return _health_checks(request)
+
+
+def _health_checks(request: HttpRequest, *, status: int = 200) -> HttpResponse:
+    # htmx swaps only successful answers, hence 200 for it even when checks fail.
     checks = health.run_all_checks()
     context = {"checks": checks, "all_ok": all(check.ok for check in checks)}
-    return render(request, "console/health.html#checks", context)
+    return render(request, "console/health.html#checks", context, status=status)
 
 
 @require_GET

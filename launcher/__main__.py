@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from console.env import ConfigurationError, env_int
 from launcher.embedded import EmbeddedPostgres, EmbeddedRedis
-from launcher.supervisor import Supervisor, listening_socket
+from launcher.supervisor import Supervisor, listening_socket, say
 
 ROOT = Path(__file__).resolve().parent.parent
 VAR = ROOT / "var"
@@ -41,15 +42,17 @@ class Services:
             self.redis.start()
             env["REDIS_URL"] = self.redis.url()
 
+    def watch_with(self, supervisor: Supervisor) -> None:
+        """Have `supervisor` restart the servers started here (never those of a URL)."""
+        for server in (self.postgres, self.redis):
+            if server is not None:
+                supervisor.watch(server)
+
     def stop(self) -> None:
         if self.redis:
             self.redis.stop()
         if self.postgres:
             self.postgres.stop()
-
-
-def say(message: str) -> None:
-    print(f"[launcher] {message}", flush=True)
 
 
 def persistent_secret_key(data_dir: Path) -> str:
@@ -75,12 +78,20 @@ def manage(env: dict[str, str], *args: str, capture: bool = False) -> str:
 
 
 def start_console(
-    supervisor: Supervisor, env: dict[str, str], *, host: str, port: int, queues: str
-) -> None:
-    """The web server, a worker serving the whole dispatcher tree, and the beat."""
+    supervisor: Supervisor,
+    env: dict[str, str],
+    *,
+    host: str,
+    port: int,
+    queues: str,
+    data_dir: Path,
+) -> socket.socket:
+    """The web server, a worker serving the whole dispatcher tree, and the beat.
+    Returns the web processes' listening socket, which the caller keeps open."""
     python_bin = Path(sys.executable).parent
     # Several Daphne processes accept from one listening socket: a push to a thousand
-    # agents is bound by one process's single thread, so it is split across cores.
+    # agents is bound by one process's single thread, so it is split across cores. The
+    # launcher keeps its copy open (never accepting) to hand it to a restarted process.
     listener = listening_socket(host, port)
     daphne = [str(python_bin / "daphne"), "--fd", str(listener.fileno())]
     daphne.append("console.asgi:application")
@@ -88,7 +99,6 @@ def start_console(
     for index in range(processes):
         name = "web" if processes == 1 else f"web{index + 1}"
         supervisor.start(name, daphne, env, pass_fds=(listener.fileno(),))
-    listener.close()  # the web processes hold it
     supervisor.start(
         "worker",
         [
@@ -102,10 +112,11 @@ def start_console(
         "beat",
         [
             str(python_bin / "celery"), "-A", "console", "beat", "--loglevel", "WARNING",
-            "--schedule", str(VAR / "demo" / "celerybeat-schedule"),
+            "--schedule", str(data_dir / "celerybeat-schedule"),
         ],
         env,
     )  # fmt: skip
+    return listener
 
 
 def start_fleet(supervisor: Supervisor, env: dict[str, str], *, host: str, port: int, agents: int):
@@ -119,31 +130,42 @@ def start_fleet(supervisor: Supervisor, env: dict[str, str], *, host: str, port:
     supervisor.start("fleet", argv, env)
 
 
+def prepare_console(env: dict[str, str]) -> str:
+    """Migrate, collect static files, make sure of an admin and the scenario; return
+    the queues a worker must serve."""
+    manage(env, "migrate", "--noinput", "-v", "0")
+    manage(env, "collectstatic", "--noinput", "-v", "0")
+    manage(env, "ensure_admin")
+    manage(env, "load_scenario")
+    return "celery," + manage(env, "dispatcher_queues", capture=True)
+
+
 def command_run(args: argparse.Namespace) -> int:
-    """Start services, prepare the database, then the web server and workers."""
-    data_dir = VAR / "demo"
+    """Start services, prepare the database, then the web server and workers, and
+    keep them all running until Ctrl-C or SIGTERM."""
+    data_dir = args.data_dir
     env = dict(os.environ)
     env.setdefault("SECRET_KEY", persistent_secret_key(data_dir))
     services = Services(data_dir)
     supervisor = Supervisor()
     supervisor.install_signal_handlers()
+    listener = None
     try:
         services.provide(env)
-        manage(env, "migrate", "--noinput", "-v", "0")
-        manage(env, "collectstatic", "--noinput", "-v", "0")
-        manage(env, "ensure_admin")
-        manage(env, "load_scenario")
-        queues = "celery," + manage(env, "dispatcher_queues", capture=True)
-        start_console(supervisor, env, host=args.host, port=args.port, queues=queues)
+        queues = prepare_console(env)
+        listener = start_console(
+            supervisor, env, host=args.host, port=args.port, queues=queues, data_dir=data_dir
+        )
         start_fleet(supervisor, env, host=args.host, port=args.port, agents=args.fleet)
+        services.watch_with(supervisor)
         say(f"console at http://{args.host}:{args.port}/  (Ctrl-C stops everything)")
-        dead = supervisor.wait()
-        if dead:
-            say(f"{dead} stopped unexpectedly; shutting down")
-        return 1 if dead else 0
+        supervisor.wait()
+        return 0
     finally:
         say("stopping")
         supervisor.stop_all()
+        if listener is not None:
+            listener.close()
         services.stop()
         say("stopped")
 
@@ -174,15 +196,17 @@ def command_test(args: argparse.Namespace) -> int:
 
 
 def command_services(args: argparse.Namespace) -> int:
-    """Start only the private services and print their URLs, for a developer's shell."""
+    """Start only the private services and print their URLs, for a developer's shell;
+    restart them if they die, until Ctrl-C or SIGTERM."""
     env: dict[str, str] = {}
-    services = Services(VAR / "demo")
+    services = Services(args.data_dir)
     supervisor = Supervisor()
     supervisor.install_signal_handlers()
     try:
         services.provide(env)
         for name, value in env.items():
             print(f"export {name}='{value}'", flush=True)
+        services.watch_with(supervisor)
         supervisor.wait()
         return 0
     finally:
@@ -201,12 +225,23 @@ def build_parser() -> argparse.ArgumentParser:
         default=env_int("DEMO_FLEET", 40, minimum=0),
         help="simulated web servers to run (0: none)",
     )
+    add_data_dir_argument(run)
     run.set_defaults(handler=command_run)
     test = commands.add_parser("test", help="run the whole test suite")
     test.set_defaults(handler=command_test)
     services = commands.add_parser("services", help="start only PostgreSQL and Redis")
+    add_data_dir_argument(services)
     services.set_defaults(handler=command_services)
     return parser
+
+
+def add_data_dir_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir",
+        type=lambda value: Path(value).resolve(),
+        default=Path(os.environ.get("DATA_DIR") or VAR / "demo").resolve(),
+        help="where the private servers, the secret key and beat's schedule live",
+    )
 
 
 def main() -> int:

