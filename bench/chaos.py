@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from bench.services import (  # noqa: E402
     fresh_database,
     provide_services,
+    start_process,
     wait_for_tree_idle,
     worker_argv,
 )
@@ -52,10 +53,6 @@ REGIONS = ("Northwest", "Northeast", "Southwest", "Southeast")
 SETTLE_TIMEOUT_S = 240.0
 FAULTS = ("kill a worker", "restart Redis", "stop PostgreSQL", "kill a Daphne process")
 OUTAGE_S = 4.0  # how long PostgreSQL stays down, and how long a killed process stays dead
-
-
-def start(argv: list[str], env: dict[str, str], **options) -> subprocess.Popen:
-    return subprocess.Popen(argv, env=env, cwd=ROOT, start_new_session=True, **options)
 
 
 @dataclass
@@ -81,16 +78,16 @@ class Stack:
         schedule = tempfile.mktemp(prefix="sn-chaos-beat-")
         celery = str(Path(sys.executable).parent / "celery")
         beat = [celery, "-A", "console", "beat", "--loglevel", "ERROR", "--schedule", schedule]
-        self.beat = start(beat, self.env, stdout=self.log, stderr=self.log)
+        self.beat = start_process(beat, self.env, stdout=self.log, stderr=self.log)
 
     def _daphne(self) -> subprocess.Popen:
         argv = [str(Path(sys.executable).parent / "daphne"), "--fd", str(self.listener.fileno())]
         argv.append("console.asgi:application")
         fds = (self.listener.fileno(),)
-        return start(argv, self.env, stdout=self.log, stderr=self.log, pass_fds=fds)
+        return start_process(argv, self.env, stdout=self.log, stderr=self.log, pass_fds=fds)
 
     def _worker(self, index: int) -> subprocess.Popen:
-        return start(self.worker_argvs[index], self.env, stdout=self.log, stderr=self.log)
+        return start_process(self.worker_argvs[index], self.env, stdout=self.log, stderr=self.log)
 
     def processes(self) -> list[subprocess.Popen]:
         return [p for p in [self.fleet, self.beat, *self.workers, *self.web] if p is not None]
@@ -143,7 +140,8 @@ def start_fleet(stack: Stack, agents: int, stats_dir: str) -> None:
         "--processes", "2", "--url", f"ws://127.0.0.1:{PORT}/ws/agent/v1/",
         "--load-interval", "3600", "--stats-dir", stats_dir,
     ]  # fmt: skip
-    stack.fleet = start(argv, stack.env, stdout=subprocess.PIPE, stderr=stack.log, text=True)
+    output = {"stdout": subprocess.PIPE, "stderr": stack.log, "text": True}
+    stack.fleet = start_process(argv, stack.env, **output)
     ready = 0
     while ready < agents:
         line = stack.fleet.stdout.readline()

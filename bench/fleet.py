@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from bench.services import (  # noqa: E402
     fresh_database,
     provide_services,
+    start_process,
     wait_for_tree_idle,
     worker_argv,
 )
@@ -46,10 +47,6 @@ ROUND_TIMEOUT_S = 60.0
 IIS = 'receiver.software == "IIS"'
 
 
-def start(argv: list[str], env: dict[str, str], **options) -> subprocess.Popen:
-    return subprocess.Popen(argv, env=env, cwd=ROOT, start_new_session=True, **options)
-
-
 def start_console(env: dict[str, str], workers: int, web: int) -> list[subprocess.Popen]:
     """`web` Daphne processes sharing one socket, and Celery workers for the tree."""
     listener = listening_socket("127.0.0.1", PORT)
@@ -58,10 +55,10 @@ def start_console(env: dict[str, str], workers: int, web: int) -> list[subproces
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     log = open(ROOT / "var" / "bench" / "daphne.log", "w")  # noqa: SIM115 (the process keeps it)
     shared = {"stdout": log, "stderr": log, "pass_fds": (listener.fileno(),)}
-    processes = [start(daphne, env, **shared) for _ in range(web)]
+    processes = [start_process(daphne, env, **shared) for _ in range(web)]
     listener.close()  # the Daphne processes hold it now
     for index in range(workers):
-        processes.append(start(worker_argv(f"fleet{index}"), env, **quiet))
+        processes.append(start_process(worker_argv(f"fleet{index}"), env, **quiet))
     return processes
 
 
@@ -74,7 +71,7 @@ def start_fleet(env, agents: int, processes: int, stats_dir: str) -> tuple[subpr
         "--load-interval", "60", "--stats-dir", stats_dir,
     ]  # fmt: skip
     started = time.monotonic()
-    fleet = start(argv, env, stdout=subprocess.PIPE, text=True)
+    fleet = start_process(argv, env, stdout=subprocess.PIPE, text=True)
     ready = 0
     while ready < agents:
         line = fleet.stdout.readline()

@@ -13,6 +13,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def start_process(argv: list[str], env: dict[str, str], **options) -> subprocess.Popen:
+    """A process of the stack under test, in its own session (so that the bench can
+    signal it with its children)."""
+    return subprocess.Popen(argv, env=env, cwd=ROOT, start_new_session=True, **options)
+
+
 def provide_services(env: dict[str, str]) -> list:
     """Private PostgreSQL and Redis for the benchmark unless URLs are given."""
     from launcher.embedded import EmbeddedPostgres, EmbeddedRedis

@@ -16,7 +16,6 @@ from websockets.sync.client import connect
 
 from broker.client import Agent, AgentError, SessionEnded
 from broker.models import AuditEntry, Delivery
-from broker.scenario import load_scenario
 from broker.services.clients import issue_token, revoke_tokens
 from tests.broker.agent_helpers import ISSUER, agent_url
 from tests.broker.tree_helpers import wait_until_idle
@@ -25,22 +24,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 COMMAND = {"kind": "command", "action": "disable-cgi"}
 IIS_SELECTOR = 'receiver.software == "IIS"'
-
-
-@pytest.fixture
-def cast(celery_worker):
-    """The scenario with four web servers; tokens for web-00000 (IIS) and the
-    Intellimune national controller."""
-    scenario = load_scenario(servers=4)
-    wait_until_idle()
-    server = next(s for s in scenario.servers if s.name == "web-00000")
-    controller = scenario.controllers["intellimune-national"]
-    return {
-        "server": issue_token(client=server, actor=ISSUER),
-        "controller": issue_token(client=controller, actor=ISSUER),
-        "server_client": server,
-        "scenario": scenario,
-    }
 
 
 def frames(ws, count: int) -> list[dict]:

@@ -19,8 +19,6 @@ from broker import wakeups
 from broker.client import Agent, AgentError
 from broker.models import Delivery, Event, HopInbox, ReceiverStream
 from broker.routing import wake_stalled_dispatchers
-from broker.scenario import load_scenario
-from broker.services.clients import issue_token
 from broker.services.deliveries import confirm_receipt, expire_unconfirmed
 from broker.services.events import publish_event
 from tests.broker.agent_helpers import ISSUER, agent_url, wait_for
@@ -34,20 +32,6 @@ IIS_SELECTOR = 'receiver.software == "IIS"'
 # A channel layer no one listens on: a worker using it commits deliveries and every
 # push after the commit fails, as when a worker dies between the two.
 UNREACHABLE_LAYER = "unix:///nonexistent/sn-push.sock?db=0"
-
-
-@pytest.fixture
-def cast(celery_worker):
-    scenario = load_scenario(servers=4)
-    wait_until_idle()
-    server = next(s for s in scenario.servers if s.name == "web-00000")
-    controller = scenario.controllers["intellimune-national"]
-    return {
-        "server": issue_token(client=server, actor=ISSUER),
-        "controller": issue_token(client=controller, actor=ISSUER),
-        "server_client": server,
-        "controller_client": controller,
-    }
 
 
 class PushesLost:
