@@ -9,14 +9,18 @@ Scoping rules (decided here, enforced with a positioned PolicySyntaxError):
   ``receiver.load``; ``sender.`` / ``event.`` in a selector is an error: a
   selector can only look at receivers;
 * ``true`` and ``false`` are expressions too: ``accept true`` accepts
-  everything, ``accept false`` nothing. ``accept`` alone is an error.
+  everything, ``accept false`` nothing. ``accept`` alone is an error;
+* a bare attribute as a condition (``cgi``, ``receiver.cgi``) is shorthand for
+  ``cgi == true``.
 
-With a model (``{name: type}``) per scope, unknown attributes and literals that
-do not fit the declared type raise PolicyTypeError at the literal's position.
+With a model (``{name: type}``) per scope, unknown attributes (with a close match
+suggested), literals that do not fit the declared type and the shorthand on a
+non-bool attribute raise PolicyTypeError at the offending position.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from functools import lru_cache
@@ -46,6 +50,7 @@ from policies.types import (
     PATTERN_OPS,
     AttributeType,
     LiteralMismatch,
+    check_truth_shorthand,
     fit_literal,
     normalize_model,
     parse_number,
@@ -291,6 +296,17 @@ class _Builder:
         )
         return Constraint(scope, name, "in", literals)
 
+    def _truth(self, node: Tree, depth: int) -> Expression:
+        token = node.children[0]
+        scope, name = self._attribute(token)
+        model = self.models.get(scope)
+        if model is not None:
+            try:
+                check_truth_shorthand(model[name], str(token))
+            except LiteralMismatch as mismatch:
+                raise PolicyTypeError(str(mismatch), token.line, token.column) from None
+        return Constraint(scope, name, "==", True)
+
     def _existence(self, node: Tree, depth: int) -> Expression:
         scope, name = self._attribute(node.children[0])
         op = "not exists" if len(node.children) == 3 else "exists"
@@ -328,8 +344,11 @@ class _Builder:
     def _check_known(self, scope: str, name: str, token: Token) -> None:
         model = self.models.get(scope)
         if model is not None and name not in model:
-            known = ", ".join(sorted(model)) or "no attributes"
-            reason = f"unknown attribute '{token}': the {scope} model has {known}"
+            reason = f"unknown attribute '{token}': {_known_names(scope, model)}"
+            close = difflib.get_close_matches(name, list(model), n=1)
+            if close:
+                written = close[0] if "." not in token else f"{scope}.{close[0]}"
+                reason += f"; did you mean '{written}'?"
             raise PolicyTypeError(reason, token.line, token.column)
 
     def _fit(self, scope: str, name: str, op: str, literal: Any, where: Tree) -> Any:
@@ -342,6 +361,25 @@ class _Builder:
         except LiteralMismatch as mismatch:
             line, column = _position(where)
             raise PolicyTypeError(str(mismatch), line, column) from None
+
+
+MAX_NAMES_LISTED = 30
+_DECLARERS = {
+    RECEIVER: "receivers' models declare",
+    SENDER: "senders' models declare",
+    EVENT: "the declared event attributes are",
+}
+
+
+def _known_names(scope: str, model: Mapping[str, AttributeType]) -> str:
+    """What the vocabulary of ``scope`` has, for an unknown-attribute error."""
+    if not model:
+        return f"no {scope} attribute is declared"
+    names = sorted(model)
+    listed = ", ".join(names[:MAX_NAMES_LISTED])
+    if len(names) > MAX_NAMES_LISTED:
+        listed += f" and {len(names) - MAX_NAMES_LISTED} more"
+    return f"{_DECLARERS[scope]} {listed}"
 
 
 def _check_operator_fits_literal(op: str, literal: Any, where: Tree) -> None:
