@@ -25,7 +25,7 @@ import json
 from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypeAlias
 
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
@@ -48,6 +48,7 @@ from policies.expressions import (
 from policies.types import (
     ORDERING_OPS,
     PATTERN_OPS,
+    TYPE_DEFINITIONS,
     AttributeType,
     LiteralMismatch,
     check_truth_shorthand,
@@ -55,6 +56,8 @@ from policies.types import (
     normalize_model,
     parse_number,
 )
+
+_Models: TypeAlias = Mapping[str, Mapping[str, AttributeType] | None]
 
 MAX_NESTING = 64  # deeper than any sane policy; keeps evaluation recursion safe
 MAX_FILTERS = 1024  # a policy expanding to more alternatives is refused as too complex
@@ -80,7 +83,7 @@ def parse_policy(
 ) -> Policy:
     """Parse ``accept ...`` text; models, when given, type-check the constraints."""
     models = {SENDER: normalize_model(sender_model), EVENT: normalize_model(event_model)}
-    tree = _parse_tree(text, "policy")
+    tree = _parse_tree(text, "policy", models)
     builder = _Builder(allowed_scopes=POLICY_SCOPES, models=models)
     policy = Policy(builder.expression(tree.children[1], depth=0))
     _check_complexity(policy)
@@ -90,7 +93,7 @@ def parse_policy(
 def parse_selector(text: str, *, receiver_model: Mapping[str, Any] | None = None) -> Selector:
     """Parse a selector over receiver attributes (bare names or ``receiver.x``)."""
     models = {RECEIVER: normalize_model(receiver_model)}
-    tree = _parse_tree(text, "selector")
+    tree = _parse_tree(text, "selector", models)
     builder = _Builder(allowed_scopes=(RECEIVER,), models=models)
     selector = Selector(builder.expression(tree.children[0], depth=0))
     _check_complexity(selector)
@@ -111,13 +114,13 @@ def _check_complexity(rule: Policy | Selector) -> None:
 # Lark errors translated into words.
 
 
-def _parse_tree(text: str, start: str) -> Tree:
+def _parse_tree(text: str, start: str, models: _Models) -> Tree:
     if not isinstance(text, str):
         raise PolicySyntaxError("expected text", 1, 1)
     try:
         return _lark().parse(text, start=start)
     except UnexpectedInput as error:
-        raise _translate(error, text, start) from None
+        raise _translate(error, text, start, models) from None
 
 
 _PHRASES = [
@@ -139,8 +142,9 @@ _PHRASES = [
 ]
 
 
-def _describe_expected(expected: set[str]) -> str:
+def _describe_expected(expected: set[str], value_phrase: str = "a value") -> str:
     phrases = [phrase for names, phrase in _PHRASES if phrase and names & expected]
+    phrases = [value_phrase if phrase == "a value" else phrase for phrase in phrases]
     if "NAME" in expected:
         # Start of a condition: true/false are possible but not worth suggesting.
         phrases = [phrase for phrase in phrases if phrase != "a value"]
@@ -155,20 +159,38 @@ def _describe_expected(expected: set[str]) -> str:
     return ", ".join(phrases[:-1]) + " or " + phrases[-1]
 
 
-def _translate(error: UnexpectedInput, text: str, start: str) -> PolicySyntaxError:
-    previous = _token_before(text, start)
-    after = f" after '{previous}'" if previous is not None else ""
+def _translate(error: UnexpectedInput, text: str, start: str, models: _Models) -> PolicySyntaxError:
+    accepted = _tokens_before(text, start)
+    after = f" after '{_shorten(str(accepted[-1]))}'" if accepted else ""
+    value_phrase = _value_phrase(accepted, start, models)
     if isinstance(error, UnexpectedToken) and error.token.type == "$END":
         line, column = _end_position(text)
-        expected = _describe_expected(set(error.expected))
+        expected = _describe_expected(set(error.expected), value_phrase)
         return PolicySyntaxError(f"expected {expected}{after}", line, column)
     if isinstance(error, UnexpectedToken):
-        expected = _describe_expected(set(error.expected))
+        expected = _describe_expected(set(error.expected), value_phrase)
         found = _shorten(str(error.token))
         return PolicySyntaxError(
             f"expected {expected}{after} but found '{found}'", error.line, error.column
         )
     return _character_error(error, text, after)
+
+
+def _value_phrase(accepted: list[Token], start: str, models: _Models) -> str:
+    """ "a number for 'load'" when the value expected follows `load >=` and a model
+    types load: the expected type, in an operator's words."""
+    if len(accepted) < 2 or accepted[-2].type != "NAME" or accepted[-1].type not in _VALUE_OPS:
+        return "a value"
+    written = str(accepted[-2])
+    scope, _, name = written.rpartition(".")
+    scope = scope or (RECEIVER if start == "selector" else "")
+    declared = (models.get(scope) or {}).get(name)
+    if declared is None:
+        return "a value"
+    return f"{TYPE_DEFINITIONS[declared].words} for '{_shorten(written)}'"
+
+
+_VALUE_OPS = frozenset({"EQ", "NE", "LE", "GE", "LT", "GT"})
 
 
 def _character_error(error: UnexpectedInput, text: str, after: str) -> PolicySyntaxError:
@@ -187,20 +209,22 @@ def _shorten(fragment: str) -> str:
     return fragment if len(fragment) <= 30 else fragment[:27] + "..."
 
 
-def _token_before(text: str, start: str) -> str | None:
-    """The last token the parser accepted before failing (for "after '>='")."""
+def _tokens_before(text: str, start: str) -> list[Token]:
+    """The last two tokens the parser accepted before failing (for "after '>='")."""
     parser = _lark().parse_interactive(text, start=start)
-    previous: Token | None = None
+    accepted: list[Token] = []
     current: Token | None = None
     try:
         for token in parser.iter_parse():
-            previous, current = current, token
+            if current is not None:
+                accepted = [*accepted[-1:], current]
+            current = token
     except UnexpectedInput as error:
-        # Refused while feeding `current`: the last accepted token is `previous`.
+        # Refused while feeding `current`: the last accepted token is the one before.
         # Refused while lexing the next token: `current` was accepted.
         if isinstance(error, UnexpectedToken) and error.token is current:
-            current = previous
-    return _shorten(str(current)) if current is not None else None
+            current = None
+    return accepted if current is None else [*accepted[-1:], current]
 
 
 def _end_position(text: str) -> tuple[int, int]:

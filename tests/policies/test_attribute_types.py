@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from policies import AttributeType, PolicyTypeError, Version, parse_policy, parse_selector
+from policies import (
+    AttributeType,
+    PolicySyntaxError,
+    PolicyTypeError,
+    Version,
+    parse_policy,
+    parse_selector,
+)
 from policies.types import (
     ATTRIBUTE_TYPE_CHOICES,
     MAX_TEXT_LENGTH,
@@ -201,3 +208,16 @@ def test_the_shorthand_on_an_attribute_that_is_not_bool_is_a_type_error():
 def test_the_shorthand_works_in_policies_too():
     policy = parse_policy("accept event.urgent", sender_model={}, event_model={"urgent": "bool"})
     assert policy.accepts({}, {"urgent": True}) and not policy.accepts({}, {"urgent": "yes"})
+
+
+def test_a_missing_value_names_the_type_the_attribute_expects():
+    with pytest.raises(PolicySyntaxError) as caught:
+        parse_selector("load >= 0.8 and\n  receiver.cgi ==", receiver_model=WEB_SERVER)
+    assert str(caught.value) == (
+        "expected true or false for 'receiver.cgi' after '==' at line 2, column 18"
+    )
+    with pytest.raises(PolicySyntaxError) as caught:
+        parse_policy("accept sender.trust >= or", sender_model=CONTROLLER, event_model=EVENT)
+    assert caught.value.reason == (
+        "expected a whole number for 'sender.trust' after '>=' but found 'or'"
+    )
