@@ -3,6 +3,52 @@
 import django.core.validators
 from django.db import migrations, models
 
+LITERAL_TYPES = {bool: "bool", int: "int", float: "float", str: "string"}
+
+
+def declare_what_saved_policies_test(apps, schema_editor):
+    """Policies saved before event attributes existed name `event.x` freely; now an
+    undeclared name is refused. Declare each such name with the type its literals had,
+    so that those policies keep their meaning: text stays text (as it compared before),
+    ints and floats together are float, a name only tested with `exists` is text. A
+    name tested with literals of several kinds cannot be typed and is left out; its
+    policies then accept nothing, which the leaves log."""
+    from policies import parse_policy
+
+    PolicyVersion = apps.get_model("broker", "PolicyVersion")
+    EventAttribute = apps.get_model("broker", "EventAttribute")
+    kinds = {}
+    for text in PolicyVersion.objects.values_list("canonical_text", flat=True).distinct():
+        for constraint in _event_constraints(parse_policy, text):
+            kinds.setdefault(constraint.name, set()).update(_literal_types(constraint))
+    declared = {name: _one_type(found) for name, found in kinds.items()}
+    EventAttribute.objects.bulk_create(
+        [EventAttribute(name=n, type=t) for n, t in declared.items() if t], ignore_conflicts=True
+    )
+
+
+def _event_constraints(parse_policy, text):
+    try:
+        filters = parse_policy(text).filters()
+    except ValueError:
+        return []
+    return [c for f in filters for c in f.constraints if c.scope == "event"]
+
+
+def _literal_types(constraint):
+    if constraint.op in ("exists", "not exists"):
+        return set()
+    values = constraint.value if constraint.op == "in" else (constraint.value,)
+    return {LITERAL_TYPES[type(value)] for value in values}
+
+
+def _one_type(found):
+    if found <= {"int", "float"} and "float" in found:
+        return "float"
+    if len(found) > 1:
+        return None
+    return next(iter(found), "string")
+
 
 class Migration(migrations.Migration):
 
@@ -29,4 +75,5 @@ class Migration(migrations.Migration):
             name='type',
             field=models.CharField(choices=[('string', 'string: quoted text'), ('int', 'int: a whole number'), ('float', 'float: a number'), ('bool', 'bool: true or false'), ('version', 'version: a dotted version such as "2.4.1"')], max_length=8),
         ),
+        migrations.RunPython(declare_what_saved_policies_test, migrations.RunPython.noop),
     ]
