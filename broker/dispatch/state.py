@@ -194,6 +194,10 @@ def summaries_of(dispatcher_ids: list[int]) -> dict[int, Summary]:
     )
     words = vocabulary()
     stale = [d for d, v in versions.items() if _summaries.get(d, (None, None))[:2] != (v, words)]
-    for row in DispatcherSummary.objects.filter(dispatcher_id__in=stale):
+    rows = list(DispatcherSummary.objects.filter(dispatcher_id__in=stale))
+    if rows:
+        # Read again after the rows: whatever names they use were committed before them.
+        words = vocabulary()
+    for row in rows:
         _summaries[row.dispatcher_id] = (row.version, words, Summary.from_json(row.data, words))
     return {d: _summaries[d][2] if d in versions else Summary() for d in dispatcher_ids}
