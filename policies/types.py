@@ -413,7 +413,7 @@ def fit_literal(op: str, literal: Literal, declared: AttributeType, label: str) 
     definition = TYPE_DEFINITIONS[declared]
     if op in PATTERN_OPS:
         if not definition.textual:
-            raise LiteralMismatch(f"'{op}' applies to text, but {label} is a {declared}")
+            raise LiteralMismatch(f"'{op}' applies to text, but {label} is {_a(declared)}")
         return literal
     if op in ORDERING_OPS and not definition.ordered:
         raise LiteralMismatch(f"'{op}' does not apply to {label}, which is {definition.words}")
@@ -434,13 +434,21 @@ def _unquoting_hint(literal: Literal, definition: TypeDefinition) -> str:
         AttributeType.FLOAT,
     ):
         return ""
+    text = literal.strip()
+    if not _NUMBER_TEXT.fullmatch(text):
+        return ""
     try:
-        number = parse_number(literal.strip())
+        number = parse_number(text)
     except ValueError:
         return ""
-    if definition.value(number) is _NO:
-        return ""
-    return f": write {literal.strip()} without quotes"
+    return "" if definition.value(number) is _NO else f": write {text} without quotes"
+
+
+_NUMBER_TEXT = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")  # as the grammar
+
+
+def _a(declared: AttributeType) -> str:
+    return f"an {declared}" if declared[0] in "aeiou" else f"a {declared}"
 
 
 def check_truth_shorthand(declared: AttributeType, written: str) -> None:
@@ -449,7 +457,7 @@ def check_truth_shorthand(declared: AttributeType, written: str) -> None:
         words = TYPE_DEFINITIONS[declared].words
         raise LiteralMismatch(
             f"'{written}' alone means '{written} == true', which needs true or false, but "
-            f"'{written}' is a {declared} ({words}): compare it with a value"
+            f"'{written}' is {_a(declared)} ({words}): compare it with a value"
         )
 
 

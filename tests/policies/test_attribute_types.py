@@ -221,3 +221,8 @@ def test_a_missing_value_names_the_type_the_attribute_expects():
     assert caught.value.reason == (
         "expected a whole number for 'sender.trust' after '>=' but found 'or'"
     )
+
+
+def test_only_text_that_is_a_number_as_written_gets_the_unquoting_hint():
+    error = _type_error(parse_selector, 'trust >= "1_000"', receiver_model=CONTROLLER)
+    assert error.reason == "expected a whole number for 'trust' (int), found \"1_000\""
