@@ -64,9 +64,11 @@ def create_cast(pongers: int) -> Cast:
         register_client,
         state_attributes,
     )
+    from broker.services.event_attributes import EventAttributeSpec, declare_event_attributes
     from broker.services.policies import set_policy
 
     actor = Actor("system", "bench")
+    declare_event_attributes(attributes=[EventAttributeSpec("kind", "string")], actor=actor)
     model = create_client_model(
         name="bench-node",
         attributes=[AttributeSpec("team", "string", False), AttributeSpec("load", "float")],

@@ -14,7 +14,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.expressions import RawSQL
 
-from policies import AttributeType
+from policies.types import ATTRIBUTE_TYPE_CHOICES
 
 identifier = RegexValidator(
     r"^[A-Za-z_][A-Za-z0-9_]*$", "Use letters, digits and underscores, starting with a letter."
@@ -36,14 +36,14 @@ class ModelAttribute(models.Model):
     """One typed attribute of a model, and who may set it.
 
     `self_stated` attributes may be stated by the client itself; the others only by an
-    authority the client granted permission to (region, trust, organisation...).
+    authority the client granted permission to (region, trust, organisation...). A name
+    has one type across all models (docs/addressing.md): creating a model refuses a
+    name another model declares with another type.
     """
-
-    TYPES = [(t.value, t.value) for t in AttributeType]
 
     model = models.ForeignKey(ClientModel, on_delete=models.CASCADE, related_name="attributes")
     name = models.CharField(max_length=64, validators=[identifier])
-    type = models.CharField(max_length=8, choices=TYPES)
+    type = models.CharField(max_length=8, choices=ATTRIBUTE_TYPE_CHOICES)
     self_stated = models.BooleanField(default=True)
 
     class Meta:
@@ -54,6 +54,23 @@ class ModelAttribute(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model.name}.{self.name}:{self.type}"
+
+
+class EventAttribute(models.Model):
+    """A declared attribute of event content: the type policies (`event.x`) and
+    published content are checked against. Undeclared names may still be published,
+    but no policy can test them. A declared type never changes."""
+
+    name = models.CharField(max_length=64, unique=True, validators=[identifier])
+    type = models.CharField(max_length=8, choices=ATTRIBUTE_TYPE_CHOICES)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"event.{self.name}:{self.type}"
 
 
 class Dispatcher(models.Model):

@@ -17,6 +17,7 @@ from broker.services.clients import (
     register_client,
     state_attributes,
 )
+from broker.services.event_attributes import EventAttributeSpec, declare_event_attributes
 from broker.services.policies import set_policy
 
 SETUP = Actor("system", "scenario")
@@ -46,6 +47,16 @@ CONTROLLER_ATTRIBUTES = [
     AttributeSpec("scope", "string", self_stated=False),
     AttributeSpec("region", "string", self_stated=False),
     AttributeSpec("trust", "int", self_stated=False),
+]
+# What the scenario's events carry and its policies test. `version` is text, not a
+# version: the worm alert names the vulnerable versions with a glob, "2.4.*".
+EVENT_ATTRIBUTES = [
+    EventAttributeSpec("kind", "string", "alert or command"),
+    EventAttributeSpec("alert", "string", "the threat an alert is about, e.g. worm"),
+    EventAttributeSpec("threat_level", "int", "1 (low) to 5 (critical)"),
+    EventAttributeSpec("target", "string", "the software under threat"),
+    EventAttributeSpec("version", "string", "the versions under threat, a glob: 2.4.*"),
+    EventAttributeSpec("action", "string", "what a command asks: disable-cgi, shutdown, status"),
 ]
 REGIONS = ("Northwest", "Northeast", "Southwest", "Southeast")
 SOFTWARE = (
@@ -132,6 +143,7 @@ def _create_cast() -> Scenario:
         capabilities=controller.attributes.all(),
         actor=SETUP,
     )
+    declare_event_attributes(attributes=EVENT_ATTRIBUTES, actor=SETUP)
     scenario = Scenario(web, controller, inventory, trust)
     scenario.secrets.update({inventory.name: inventory_key, trust.name: trust_key})
     return scenario

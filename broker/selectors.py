@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from functools import lru_cache
 
-from django.db.models import Q, QuerySet
+from django.db import connection
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from broker.models import AttributeValue, Client, Delivery, PolicyVersion, ReceiverStream
+from broker.models import (
+    AttributeValue,
+    Client,
+    Delivery,
+    EventAttribute,
+    ModelAttribute,
+    PolicyVersion,
+    ReceiverStream,
+)
 from broker.notify import Pushed
-from policies import Policy, Selector, parse_policy
+from broker.vocabulary import Vocabulary
+from policies import Selector
 
 
 def declared_types(client: Client) -> dict[str, str]:
@@ -105,6 +114,7 @@ def preview_receivers(*, sender: Client, content: dict, selector: Selector | Non
     and the content. Reads every receiver once; for previews, not for routing."""
     sender_attributes = attested_attributes(sender)
     policies = _current_policy_texts()
+    words = vocabulary()
     values = defaultdict(dict)
     for client_id, name, value in live_attribute_values().values_list("client_id", "name", "value"):
         values[client_id][name] = value
@@ -113,7 +123,7 @@ def preview_receivers(*, sender: Client, content: dict, selector: Selector | Non
         client.name
         for client in receivers.only("pk", "name")
         if (selector is None or selector.selects(values[client.pk]))
-        and _parsed_policy(policies[client.pk]).accepts(sender_attributes, content)
+        and words.stored_policy(policies[client.pk]).accepts(sender_attributes, content)
     )
 
 
@@ -123,6 +133,58 @@ def _current_policy_texts() -> dict[int, str]:
     return dict(newest.values_list("client_id", "text"))
 
 
-@lru_cache(maxsize=4096)
-def _parsed_policy(text: str) -> Policy:
-    return parse_policy(text)
+# ---------------------------------------------------------------------------
+# The vocabulary: one type per attribute name (docs/addressing.md).
+
+
+def receiver_vocabulary() -> dict[str, str]:
+    """{name: type} declared by the models of clients that can receive (active or
+    not: clients are never deleted, so the vocabulary only grows)."""
+    return _role_vocabulary(can_receive=True)
+
+
+def sender_vocabulary() -> dict[str, str]:
+    """{name: type} declared by the models of clients that can send."""
+    return _role_vocabulary(can_send=True)
+
+
+def event_vocabulary() -> dict[str, str]:
+    """{name: type} of the declared event attributes."""
+    return dict(EventAttribute.objects.values_list("name", "type"))
+
+
+def _role_vocabulary(**role: bool) -> dict[str, str]:
+    used = Client.objects.filter(model_id=OuterRef("model_id"), **role)
+    rows = ModelAttribute.objects.filter(Exists(used)).order_by().values_list("name", "type")
+    return dict(rows.distinct())
+
+
+_known: tuple[tuple, Vocabulary] | None = None
+
+
+def vocabulary() -> Vocabulary:
+    """The current vocabulary, cached per process and read again when a model
+    attribute, an event attribute or a client was added or removed since (one short
+    query tells). The same content keeps the same object, and so its parse caches."""
+    global _known
+    stamp = _vocabulary_stamp()
+    if _known is not None and _known[0] == stamp:
+        return _known[1]
+    fresh = Vocabulary(
+        receiver=receiver_vocabulary(), sender=sender_vocabulary(), event=event_vocabulary()
+    )
+    if _known is not None and _known[1] == fresh:
+        fresh = _known[1]
+    _known = (stamp, fresh)
+    return fresh
+
+
+def _vocabulary_stamp() -> tuple:
+    # Sequences never hand out an id twice, so a new row always moves a maximum; the
+    # counts see removals. Clients are many and never deleted: their maximum suffices.
+    tables = [ModelAttribute._meta.db_table, EventAttribute._meta.db_table]
+    parts = [f"(SELECT count(*) FROM {t}), (SELECT max(id) FROM {t})" for t in tables]
+    clients = f"(SELECT max(id) FROM {Client._meta.db_table})"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {', '.join(parts)}, {clients}")
+        return cursor.fetchone()

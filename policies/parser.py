@@ -9,19 +9,23 @@ Scoping rules (decided here, enforced with a positioned PolicySyntaxError):
   ``receiver.load``; ``sender.`` / ``event.`` in a selector is an error: a
   selector can only look at receivers;
 * ``true`` and ``false`` are expressions too: ``accept true`` accepts
-  everything, ``accept false`` nothing. ``accept`` alone is an error.
+  everything, ``accept false`` nothing. ``accept`` alone is an error;
+* a bare attribute as a condition (``cgi``, ``receiver.cgi``) is shorthand for
+  ``cgi == true``.
 
-With a model (``{name: type}``) per scope, unknown attributes and literals that
-do not fit the declared type raise PolicyTypeError at the literal's position.
+With a model (``{name: type}``) per scope, unknown attributes (with a close match
+suggested), literals that do not fit the declared type and the shorthand on a
+non-bool attribute raise PolicyTypeError at the offending position.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypeAlias
 
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
@@ -44,12 +48,16 @@ from policies.expressions import (
 from policies.types import (
     ORDERING_OPS,
     PATTERN_OPS,
+    TYPE_DEFINITIONS,
     AttributeType,
     LiteralMismatch,
+    check_truth_shorthand,
     fit_literal,
     normalize_model,
     parse_number,
 )
+
+_Models: TypeAlias = Mapping[str, Mapping[str, AttributeType] | None]
 
 MAX_NESTING = 64  # deeper than any sane policy; keeps evaluation recursion safe
 MAX_FILTERS = 1024  # a policy expanding to more alternatives is refused as too complex
@@ -75,7 +83,7 @@ def parse_policy(
 ) -> Policy:
     """Parse ``accept ...`` text; models, when given, type-check the constraints."""
     models = {SENDER: normalize_model(sender_model), EVENT: normalize_model(event_model)}
-    tree = _parse_tree(text, "policy")
+    tree = _parse_tree(text, "policy", models)
     builder = _Builder(allowed_scopes=POLICY_SCOPES, models=models)
     policy = Policy(builder.expression(tree.children[1], depth=0))
     _check_complexity(policy)
@@ -85,7 +93,7 @@ def parse_policy(
 def parse_selector(text: str, *, receiver_model: Mapping[str, Any] | None = None) -> Selector:
     """Parse a selector over receiver attributes (bare names or ``receiver.x``)."""
     models = {RECEIVER: normalize_model(receiver_model)}
-    tree = _parse_tree(text, "selector")
+    tree = _parse_tree(text, "selector", models)
     builder = _Builder(allowed_scopes=(RECEIVER,), models=models)
     selector = Selector(builder.expression(tree.children[0], depth=0))
     _check_complexity(selector)
@@ -106,13 +114,13 @@ def _check_complexity(rule: Policy | Selector) -> None:
 # Lark errors translated into words.
 
 
-def _parse_tree(text: str, start: str) -> Tree:
+def _parse_tree(text: str, start: str, models: _Models) -> Tree:
     if not isinstance(text, str):
         raise PolicySyntaxError("expected text", 1, 1)
     try:
         return _lark().parse(text, start=start)
     except UnexpectedInput as error:
-        raise _translate(error, text, start) from None
+        raise _translate(error, text, start, models) from None
 
 
 _PHRASES = [
@@ -134,8 +142,9 @@ _PHRASES = [
 ]
 
 
-def _describe_expected(expected: set[str]) -> str:
+def _describe_expected(expected: set[str], value_phrase: str = "a value") -> str:
     phrases = [phrase for names, phrase in _PHRASES if phrase and names & expected]
+    phrases = [value_phrase if phrase == "a value" else phrase for phrase in phrases]
     if "NAME" in expected:
         # Start of a condition: true/false are possible but not worth suggesting.
         phrases = [phrase for phrase in phrases if phrase != "a value"]
@@ -150,20 +159,38 @@ def _describe_expected(expected: set[str]) -> str:
     return ", ".join(phrases[:-1]) + " or " + phrases[-1]
 
 
-def _translate(error: UnexpectedInput, text: str, start: str) -> PolicySyntaxError:
-    previous = _token_before(text, start)
-    after = f" after '{previous}'" if previous is not None else ""
+def _translate(error: UnexpectedInput, text: str, start: str, models: _Models) -> PolicySyntaxError:
+    accepted = _tokens_before(text, start)
+    after = f" after '{_shorten(str(accepted[-1]))}'" if accepted else ""
+    value_phrase = _value_phrase(accepted, start, models)
     if isinstance(error, UnexpectedToken) and error.token.type == "$END":
         line, column = _end_position(text)
-        expected = _describe_expected(set(error.expected))
+        expected = _describe_expected(set(error.expected), value_phrase)
         return PolicySyntaxError(f"expected {expected}{after}", line, column)
     if isinstance(error, UnexpectedToken):
-        expected = _describe_expected(set(error.expected))
+        expected = _describe_expected(set(error.expected), value_phrase)
         found = _shorten(str(error.token))
         return PolicySyntaxError(
             f"expected {expected}{after} but found '{found}'", error.line, error.column
         )
     return _character_error(error, text, after)
+
+
+def _value_phrase(accepted: list[Token], start: str, models: _Models) -> str:
+    """ "a number for 'load'" when the value expected follows `load >=` and a model
+    types load: the expected type, in an operator's words."""
+    if len(accepted) < 2 or accepted[-2].type != "NAME" or accepted[-1].type not in _VALUE_OPS:
+        return "a value"
+    written = str(accepted[-2])
+    scope, _, name = written.rpartition(".")
+    scope = scope or (RECEIVER if start == "selector" else "")
+    declared = (models.get(scope) or {}).get(name)
+    if declared is None:
+        return "a value"
+    return f"{TYPE_DEFINITIONS[declared].words} for '{_shorten(written)}'"
+
+
+_VALUE_OPS = frozenset({"EQ", "NE", "LE", "GE", "LT", "GT"})
 
 
 def _character_error(error: UnexpectedInput, text: str, after: str) -> PolicySyntaxError:
@@ -182,20 +209,22 @@ def _shorten(fragment: str) -> str:
     return fragment if len(fragment) <= 30 else fragment[:27] + "..."
 
 
-def _token_before(text: str, start: str) -> str | None:
-    """The last token the parser accepted before failing (for "after '>='")."""
+def _tokens_before(text: str, start: str) -> list[Token]:
+    """The last two tokens the parser accepted before failing (for "after '>='")."""
     parser = _lark().parse_interactive(text, start=start)
-    previous: Token | None = None
+    accepted: list[Token] = []
     current: Token | None = None
     try:
         for token in parser.iter_parse():
-            previous, current = current, token
+            if current is not None:
+                accepted = [*accepted[-1:], current]
+            current = token
     except UnexpectedInput as error:
-        # Refused while feeding `current`: the last accepted token is `previous`.
+        # Refused while feeding `current`: the last accepted token is the one before.
         # Refused while lexing the next token: `current` was accepted.
         if isinstance(error, UnexpectedToken) and error.token is current:
-            current = previous
-    return _shorten(str(current)) if current is not None else None
+            current = None
+    return accepted if current is None else [*accepted[-1:], current]
 
 
 def _end_position(text: str) -> tuple[int, int]:
@@ -291,6 +320,17 @@ class _Builder:
         )
         return Constraint(scope, name, "in", literals)
 
+    def _truth(self, node: Tree, depth: int) -> Expression:
+        token = node.children[0]
+        scope, name = self._attribute(token)
+        model = self.models.get(scope)
+        if model is not None:
+            try:
+                check_truth_shorthand(model[name], str(token))
+            except LiteralMismatch as mismatch:
+                raise PolicyTypeError(str(mismatch), token.line, token.column) from None
+        return Constraint(scope, name, "==", True)
+
     def _existence(self, node: Tree, depth: int) -> Expression:
         scope, name = self._attribute(node.children[0])
         op = "not exists" if len(node.children) == 3 else "exists"
@@ -328,8 +368,11 @@ class _Builder:
     def _check_known(self, scope: str, name: str, token: Token) -> None:
         model = self.models.get(scope)
         if model is not None and name not in model:
-            known = ", ".join(sorted(model)) or "no attributes"
-            reason = f"unknown attribute '{token}': the {scope} model has {known}"
+            reason = f"unknown attribute '{token}': {_known_names(scope, model)}"
+            close = difflib.get_close_matches(name, list(model), n=1)
+            if close:
+                written = close[0] if "." not in token else f"{scope}.{close[0]}"
+                reason += f"; did you mean '{written}'?"
             raise PolicyTypeError(reason, token.line, token.column)
 
     def _fit(self, scope: str, name: str, op: str, literal: Any, where: Tree) -> Any:
@@ -342,6 +385,25 @@ class _Builder:
         except LiteralMismatch as mismatch:
             line, column = _position(where)
             raise PolicyTypeError(str(mismatch), line, column) from None
+
+
+MAX_NAMES_LISTED = 30
+_DECLARERS = {
+    RECEIVER: "receivers' models declare",
+    SENDER: "senders' models declare",
+    EVENT: "the declared event attributes are",
+}
+
+
+def _known_names(scope: str, model: Mapping[str, AttributeType]) -> str:
+    """What the vocabulary of ``scope`` has, for an unknown-attribute error."""
+    if not model:
+        return f"no {scope} attribute is declared"
+    names = sorted(model)
+    listed = ", ".join(names[:MAX_NAMES_LISTED])
+    if len(names) > MAX_NAMES_LISTED:
+        listed += f" and {len(names) - MAX_NAMES_LISTED} more"
+    return f"{_DECLARERS[scope]} {listed}"
 
 
 def _check_operator_fits_literal(op: str, literal: Any, where: Tree) -> None:

@@ -311,13 +311,97 @@ class LiteralMismatch(Exception):
     """Raised by ``fit_literal``; the parser adds the position."""
 
 
-_EXPECTED_WORDS = {
-    AttributeType.STRING: "a quoted text",
-    AttributeType.INT: "a whole number",
-    AttributeType.FLOAT: "a number",
-    AttributeType.BOOL: "true or false",
-    AttributeType.VERSION: 'a version such as "2.4"',
+class ValueMismatch(Exception):
+    """Raised by ``check_value``; the message completes "<attribute> ...", the caller
+    names the attribute and the field."""
+
+
+MAX_TEXT_LENGTH = 1000  # any text value: an attribute value or a content value
+
+
+@dataclass(frozen=True)
+class TypeDefinition:
+    """Everything the service knows about one attribute type, in one place.
+
+    ``words`` say what a value of the type is, in an operator's words, for errors;
+    ``value`` turns a run-time (JSON) value into its stored form, or ``NO_VALUE`` if
+    it does not fit; ``literal`` turns that stored form into the literal the
+    language compares with (a version's text becomes a ``Version``). ``ordered``:
+    ``<``, ``<=``, ``>``, ``>=`` apply; ``textual``: ``~`` and the string operators
+    apply. Literals and values fit by the same rule, so whatever a policy can
+    compare with is what a client can state.
+    """
+
+    type: AttributeType
+    words: str
+    value: Callable[[object], Any]
+    literal: Callable[[Any], Literal] = lambda stored: stored
+    ordered: bool = True
+    textual: bool = False
+
+
+def _text_value(value: object) -> Any:
+    return value if isinstance(value, str) else _NO
+
+
+def _whole_number_value(value: object) -> Any:
+    return value if isinstance(value, int) and not isinstance(value, bool) else _NO
+
+
+def _number_value(value: object) -> Any:
+    number = _as_number(value)
+    return _NO if number is _NO or not math.isfinite(number) else float(number)
+
+
+def _version_value(value: object) -> Any:
+    return value if isinstance(value, str) and version_key(value) is not None else _NO
+
+
+TYPE_DEFINITIONS: dict[AttributeType, TypeDefinition] = {
+    definition.type: definition
+    for definition in (
+        TypeDefinition(AttributeType.STRING, "quoted text", _text_value, textual=True),
+        TypeDefinition(AttributeType.INT, "a whole number", _whole_number_value),
+        TypeDefinition(AttributeType.FLOAT, "a number", _number_value),
+        TypeDefinition(AttributeType.BOOL, "true or false", _as_bool, ordered=False),
+        TypeDefinition(
+            AttributeType.VERSION,
+            'a dotted version such as "2.4.1"',
+            _version_value,
+            literal=Version,
+            textual=True,
+        ),
+    )
 }
+
+# For a model's type field: ("float", "float: a number").
+ATTRIBUTE_TYPE_CHOICES = [
+    (d.type.value, f"{d.type.value}: {d.words}") for d in TYPE_DEFINITIONS.values()
+]
+
+
+def check_value(declared: AttributeType, value: object) -> Any:
+    """``value`` in its stored form if it fits ``declared``, else raise ValueMismatch."""
+    if isinstance(value, str) and len(value) > MAX_TEXT_LENGTH:
+        raise ValueMismatch(f"is longer than {MAX_TEXT_LENGTH} characters")
+    definition = TYPE_DEFINITIONS[AttributeType(declared)]
+    stored = definition.value(value)
+    if stored is _NO:
+        raise ValueMismatch(f"must be {definition.words}, got {_shown(value)}")
+    return stored
+
+
+def _shown(value: object) -> str:
+    shown = json.dumps(value, ensure_ascii=False) if _is_json(value) else repr(value)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
+
+
+def _is_json(value: object) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def fit_literal(op: str, literal: Literal, declared: AttributeType, label: str) -> Literal:
@@ -326,49 +410,55 @@ def fit_literal(op: str, literal: Literal, declared: AttributeType, label: str) 
     Ints become floats for float attributes and strings become ``Version`` for
     version attributes (except glob/substring patterns, which stay text).
     """
+    definition = TYPE_DEFINITIONS[declared]
     if op in PATTERN_OPS:
-        return _fit_pattern(op, literal, declared, label)
-    if declared is AttributeType.BOOL and op in ORDERING_OPS:
-        raise LiteralMismatch(f"'{op}' does not apply to {label}, which is true or false")
-    fitted = _FITTERS[declared](literal)
-    if fitted is _NO:
-        expected = _EXPECTED_WORDS[declared]
+        if not definition.textual:
+            raise LiteralMismatch(f"'{op}' applies to text, but {label} is {_a(declared)}")
+        return literal
+    if op in ORDERING_OPS and not definition.ordered:
+        raise LiteralMismatch(f"'{op}' does not apply to {label}, which is {definition.words}")
+    stored = definition.value(literal)
+    if stored is _NO:
         found = format_literal(literal)
-        raise LiteralMismatch(f"expected {expected} for {label} ({declared}), found {found}")
-    return fitted
+        raise LiteralMismatch(
+            f"expected {definition.words} for {label} ({declared}), found {found}"
+            + _unquoting_hint(literal, definition)
+        )
+    return definition.literal(stored)
 
 
-def _fit_pattern(op: str, literal: Literal, declared: AttributeType, label: str) -> Literal:
-    if declared not in (AttributeType.STRING, AttributeType.VERSION):
-        raise LiteralMismatch(f"'{op}' applies to text, but {label} is a {declared}")
-    return literal
+def _unquoting_hint(literal: Literal, definition: TypeDefinition) -> str:
+    """`trust >= "2"`: the operator meant the number; say how to write it."""
+    if not isinstance(literal, str) or definition.type not in (
+        AttributeType.INT,
+        AttributeType.FLOAT,
+    ):
+        return ""
+    text = literal.strip()
+    if not _NUMBER_TEXT.fullmatch(text):
+        return ""
+    try:
+        number = parse_number(text)
+    except ValueError:
+        return ""
+    return "" if definition.value(number) is _NO else f": write {text} without quotes"
 
 
-def _fit_int(literal: Literal) -> Any:
-    return literal if _as_number(literal) is not _NO and isinstance(literal, int) else _NO
+_NUMBER_TEXT = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")  # as the grammar
 
 
-def _fit_float(literal: Literal) -> Any:
-    return float(literal) if _as_number(literal) is not _NO else _NO
+def _a(declared: AttributeType) -> str:
+    return f"an {declared}" if declared[0] in "aeiou" else f"a {declared}"
 
 
-def _fit_version(literal: Literal) -> Any:
-    if isinstance(literal, str) and version_key(literal) is not None:
-        return Version(literal)
-    return _NO
-
-
-def _fit_string(literal: Literal) -> Any:
-    return literal if isinstance(literal, str) else _NO
-
-
-_FITTERS: dict[AttributeType, Callable[[Literal], Any]] = {
-    AttributeType.STRING: _fit_string,
-    AttributeType.INT: _fit_int,
-    AttributeType.FLOAT: _fit_float,
-    AttributeType.BOOL: lambda literal: literal if isinstance(literal, bool) else _NO,
-    AttributeType.VERSION: _fit_version,
-}
+def check_truth_shorthand(declared: AttributeType, written: str) -> None:
+    """A bare attribute as a condition means ``== true``: only for a bool attribute."""
+    if declared is not AttributeType.BOOL:
+        words = TYPE_DEFINITIONS[declared].words
+        raise LiteralMismatch(
+            f"'{written}' alone means '{written} == true', which needs true or false, but "
+            f"'{written}' is {_a(declared)} ({words}): compare it with a value"
+        )
 
 
 def parse_number(text: str) -> int | float:

@@ -10,10 +10,9 @@ from typing import Any
 from django.utils import timezone
 
 from broker.models import Event
-from policies import Selector, parse_selector
-
-_selectors: dict[str, Selector] = {}
-MAX_CACHED_SELECTORS = 10_000
+from broker.selectors import vocabulary
+from broker.vocabulary import Vocabulary
+from policies import Selector
 
 
 @dataclass(frozen=True)
@@ -35,15 +34,10 @@ class RoutedEvent:
         return (self.sender_id, self.channel)
 
 
-def parsed_selector(text: str) -> Selector | None:
-    if not text:
-        return None
-    selector = _selectors.get(text)
-    if selector is None:
-        if len(_selectors) >= MAX_CACHED_SELECTORS:
-            _selectors.clear()
-        selector = _selectors[text] = parse_selector(text)
-    return selector
+def parsed_selector(text: str, words: Vocabulary) -> Selector | None:
+    """A stored event's selector typed by the vocabulary (cached there); None if the
+    event has none."""
+    return words.stored_selector(text) if text else None
 
 
 FIELDS = (
@@ -58,10 +52,10 @@ FIELDS = (
 )
 
 
-def _routed(row: tuple) -> RoutedEvent:
+def _routed(row: tuple, words: Vocabulary) -> RoutedEvent:
     values = dict(zip(FIELDS, row, strict=True))
     values["id"] = str(values["id"])
-    values["selector"] = parsed_selector(values["selector"])
+    values["selector"] = parsed_selector(values["selector"], words)
     return RoutedEvent(**values)
 
 
@@ -70,5 +64,10 @@ def live_events(ids: Iterable[str] | None = None, **filters) -> list[RoutedEvent
     query = Event.objects.filter(expires_at__gt=timezone.now(), **filters)
     if ids is not None:
         query = query.filter(id__in=list(ids))
-    rows = query.order_by("sender_id", "channel", "sequence").values_list(*FIELDS)
-    return [_routed(row) for row in rows]
+    rows = list(query.order_by("sender_id", "channel", "sequence").values_list(*FIELDS))
+    if not rows:
+        return []
+    # Read after the events: their selectors were accepted with a vocabulary committed
+    # before them, which this later statement therefore sees.
+    words = vocabulary()
+    return [_routed(row, words) for row in rows]

@@ -21,6 +21,7 @@ from broker.dispatch.delivery import deliver_late, deliver_routed, lock_leaf
 from broker.dispatch.events import RoutedEvent, live_events
 from broker.dispatch.summary import Summary
 from broker.models import DispatcherSummary, Event, HopInbox, TrafficRecord
+from broker.selectors import vocabulary
 
 UP = TrafficRecord.Direction.UP
 DOWN = TrafficRecord.Direction.DOWN
@@ -262,10 +263,10 @@ def _grown_summary(child_id: int, version: int) -> tuple[Summary | None, Summary
     row = DispatcherSummary.objects.filter(pk=child_id).first()
     if row is None:  # a stale request: the child has stored nothing (yet)
         return None, Summary()
-    after = Summary.from_json(row.data)
+    after = Summary.from_json(row.data, vocabulary())
     if row.version != version or row.previous_data is None:
         return None, after
-    return Summary.from_json(row.previous_data), after
+    return Summary.from_json(row.previous_data, vocabulary()), after
 
 
 def _resend_to_grown_child(child_id: int, before: Summary | None, after: Summary) -> list:
@@ -285,7 +286,7 @@ def _store_if_grown(dispatcher_id: int, compute: Callable[[], Summary]) -> list[
     with transaction.atomic():
         stored = _locked_summary_row(dispatcher_id)
         fresh = compute()
-        if stored is not None and Summary.from_json(stored.data).covers(fresh):
+        if stored is not None and Summary.from_json(stored.data, vocabulary()).covers(fresh):
             return []
         version = _save_summary(dispatcher_id, fresh, stored)
     parent = dispatch_state.topology(dispatcher_id).parent[dispatcher_id]
@@ -352,7 +353,7 @@ def _replace_summary(dispatcher_id: int, compute: Callable[[], Summary]) -> list
         summary = compute()
         if stored is not None and stored.data == summary.to_json():
             return []
-        grew = stored is None or not Summary.from_json(stored.data).covers(summary)
+        grew = stored is None or not Summary.from_json(stored.data, vocabulary()).covers(summary)
         version = _save_summary(dispatcher_id, summary, stored)
     parent = dispatch_state.topology(dispatcher_id).parent[dispatcher_id]
     return [SummaryHop(parent, dispatcher_id, version)] if grew and parent is not None else []

@@ -22,8 +22,9 @@ from broker.models import (
     DispatcherSummary,
     PolicyVersion,
 )
-from broker.selectors import live_attribute_values
-from policies import Matcher, Policy, parse_policy
+from broker.selectors import live_attribute_values, vocabulary
+from broker.vocabulary import Vocabulary
+from policies import Matcher, Policy
 
 
 @dataclass
@@ -63,17 +64,6 @@ def topology(dispatcher_id: int | None = None) -> Topology:
 def queue_of(dispatcher_id: int) -> str:
     """The Celery queue of a dispatcher."""
     return topology(dispatcher_id).queues[dispatcher_id]
-
-
-_policies: dict[str, Policy] = {}
-
-
-def parsed_policy(canonical_text: str) -> Policy:
-    """Parse each distinct policy text once per process: most receivers share one."""
-    policy = _policies.get(canonical_text)
-    if policy is None:
-        policy = _policies[canonical_text] = parse_policy(canonical_text)
-    return policy
 
 
 class LeafState:
@@ -146,7 +136,11 @@ def _current_policies(client_ids: set[int]) -> dict[int, Policy]:
         .distinct("client_id")
         .values_list("client_id", "canonical_text")
     )
-    return {client_id: parsed_policy(text) for client_id, text in rows}
+    if not rows:
+        return {}
+    # Parsed with the vocabulary, once per distinct text (most receivers share one).
+    words = vocabulary()
+    return {client_id: words.stored_policy(text) for client_id, text in rows}
 
 
 def _live_attributes(client_ids: Iterable[int]) -> dict[int, dict]:
@@ -187,17 +181,23 @@ def forget_leaf(dispatcher_id: int) -> None:
     _leaves.pop(dispatcher_id, None)
 
 
-_summaries: dict[int, tuple[int, Summary]] = {}
+_summaries: dict[int, tuple[int, Vocabulary, Summary]] = {}
 
 
 def summaries_of(dispatcher_ids: list[int]) -> dict[int, Summary]:
-    """Stored summaries of these dispatchers (an empty one where none is stored yet)."""
+    """Stored summaries of these dispatchers (an empty one where none is stored yet),
+    their policies typed by the current vocabulary."""
     versions = dict(
         DispatcherSummary.objects.filter(dispatcher_id__in=dispatcher_ids).values_list(
             "dispatcher_id", "version"
         )
     )
-    stale = [d for d, v in versions.items() if _summaries.get(d, (None,))[0] != v]
-    for row in DispatcherSummary.objects.filter(dispatcher_id__in=stale):
-        _summaries[row.dispatcher_id] = (row.version, Summary.from_json(row.data))
-    return {d: _summaries[d][1] if d in versions else Summary() for d in dispatcher_ids}
+    words = vocabulary()
+    stale = [d for d, v in versions.items() if _summaries.get(d, (None, None))[:2] != (v, words)]
+    rows = list(DispatcherSummary.objects.filter(dispatcher_id__in=stale))
+    if rows:
+        # Read again after the rows: whatever names they use were committed before them.
+        words = vocabulary()
+    for row in rows:
+        _summaries[row.dispatcher_id] = (row.version, words, Summary.from_json(row.data, words))
+    return {d: _summaries[d][2] if d in versions else Summary() for d in dispatcher_ids}

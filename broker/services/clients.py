@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.hashers import check_password
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from broker import audit, notify, tree_changes
@@ -35,10 +35,16 @@ class AttributeSpec:
 def create_client_model(
     *, name: str, attributes: Iterable[AttributeSpec], actor: Actor, description: str = ""
 ) -> ClientModel:
-    """Create a model and its typed attributes."""
+    """Create a model and its typed attributes. A name has one type across all models
+    (the service's vocabulary, docs/addressing.md): a name another model declares with
+    another type is refused, naming that model."""
     specs = list(attributes)
-    _check_specs(specs)
+    with audit.refusals_recorded(actor=actor, action="model.create", target=f"model:{name}"):
+        _check_specs(specs)
     with transaction.atomic():
+        _serialise_model_creation()
+        with audit.refusals_recorded(actor=actor, action="model.create", target=f"model:{name}"):
+            _refuse_other_types(specs)
         model = ClientModel.objects.create(name=name, description=description)
         ModelAttribute.objects.bulk_create(
             ModelAttribute(model=model, name=s.name, type=s.type, self_stated=s.self_stated)
@@ -65,6 +71,31 @@ def _check_specs(specs: list[AttributeSpec]) -> None:
         if spec.name in seen:
             raise InvalidInput(f"{spec.name} is declared twice", field=spec.name)
         seen.add(spec.name)
+
+
+MODEL_CREATION_LOCK = 0x6D0DE1  # pg_advisory_xact_lock key: one model created at a time
+
+
+def _serialise_model_creation() -> None:
+    """Two models declaring one name with two types at once must not both pass."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [MODEL_CREATION_LOCK])
+
+
+def _refuse_other_types(specs: list[AttributeSpec]) -> None:
+    declared = ModelAttribute.objects.filter(name__in=[s.name for s in specs]).select_related(
+        "model"
+    )
+    types = {spec.name: spec.type for spec in specs}
+    for other in declared.order_by("model__name"):
+        if other.type != types[other.name]:
+            raise InvalidInput(
+                f"{other.name} is already declared as {other.type} by model "
+                f"{other.model.name!r}; a name has one type across all models, so that "
+                f"selectors and policies mean one thing by it: declare {other.name} as "
+                f"{other.type}, or use another name",
+                field=other.name,
+            )
 
 
 def register_client(

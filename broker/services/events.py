@@ -12,12 +12,13 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from broker import audit
+from broker.attributes import check_value
 from broker.audit import Actor
-from broker.dispatch.events import parsed_selector
 from broker.errors import InvalidInput, NotAuthorised, PolicyRejected
 from broker.models import Client, Event
 from broker.routing import route_published
-from broker.selectors import attested_attributes
+from broker.selectors import attested_attributes, vocabulary
+from broker.vocabulary import Vocabulary
 from policies import PolicySyntaxError, Selector
 
 MAX_LIFETIME_S = 7 * 24 * 3600
@@ -129,23 +130,25 @@ def check_event(
     actor = Actor("client", sender.name)
     target = f"client:{sender.name}"
     with audit.refusals_recorded(actor=actor, action="event.preview", target=target):
-        _check_publish(sender, content, selector, 60, "default")
-    return parsed_selector(selector.strip())
+        return _check_publish(sender, content, selector, 60, "default")
 
 
 def _check_publish(
     sender: Client, content: Any, selector: str, lifetime_s: Any, channel: Any
-) -> None:
+) -> Selector | None:
+    """Refuse what may not be published; return the selector typed by the vocabulary."""
     if not sender.can_send:
         raise NotAuthorised(f"{sender.name} is not allowed to send", field="sender")
     _check_content(content)
+    words = vocabulary()
+    _check_declared_content(content, words)
     if isinstance(lifetime_s, bool) or not isinstance(lifetime_s, int):
         raise InvalidInput("lifetime_s must be a whole number of seconds", field="lifetime_s")
     if not 1 <= lifetime_s <= MAX_LIFETIME_S:
         raise InvalidInput(f"lifetime_s must be 1 to {MAX_LIFETIME_S}", field="lifetime_s")
     if not isinstance(channel, str) or not CHANNEL_NAME.match(channel):
         raise InvalidInput("channel must be 1-128 letters, digits or _ . : / -", field="channel")
-    _check_selector(selector)
+    return _check_selector(selector, words)
 
 
 def _check_content(content: Any) -> None:
@@ -170,18 +173,32 @@ def _check_content(content: Any) -> None:
             )
 
 
-def _check_selector(selector: Any) -> None:
+def _check_declared_content(content: Mapping[str, Any], words: Vocabulary) -> None:
+    """A declared event attribute's value must fit its type, or no policy could test
+    it as declared. Undeclared names pass: content-only pub/sub needs no declaration,
+    but no policy can test them (docs/addressing.md)."""
+    for name, value in content.items():
+        declared = words.event.get(name)
+        if declared is not None:
+            label = f"event attribute {name} ({declared})"
+            check_value(label, declared, value, field=f"content.{name}")
+
+
+def _check_selector(selector: Any, words: Vocabulary) -> Selector | None:
     if not isinstance(selector, str):
         raise InvalidInput("selector must be text", field="selector")
     if len(selector) > MAX_SELECTOR_LENGTH:
         raise InvalidInput(f"selector is longer than {MAX_SELECTOR_LENGTH}", field="selector")
-    if selector.strip():
-        try:
-            parsed_selector(selector)  # cached: senders repeat their selectors
-        except PolicySyntaxError as error:
-            raise PolicyRejected(
-                str(error), field="selector", line=error.line, column=error.column
-            ) from None
+    if not selector.strip():
+        return None
+    try:
+        # Typed by the receivers' models, as the leaves will type it; the text as
+        # sent, so that positions are the sender's. Cached: senders repeat selectors.
+        return words.selector(selector)
+    except PolicySyntaxError as error:
+        raise PolicyRejected(
+            str(error), field="selector", line=error.line, column=error.column
+        ) from None
 
 
 NEXT_SEQUENCE = """

@@ -9,7 +9,8 @@ from broker import audit, tree_changes
 from broker.audit import Actor
 from broker.errors import NotAuthorised, PolicyRejected
 from broker.models import Client, PolicyVersion
-from policies import PolicySyntaxError, parse_policy
+from broker.selectors import vocabulary
+from policies import PolicySyntaxError
 
 MAX_POLICY_LENGTH = 20_000
 
@@ -55,7 +56,9 @@ def _canonical(text: str) -> str:
             column=1,
         )
     try:
-        return parse_policy(text).text()
+        # Typed as the leaves will type it: `sender.x` by the senders' models, `event.x`
+        # by the declared event attributes (docs/addressing.md).
+        return vocabulary().policy(text).text()
     except PolicySyntaxError as error:
         raise PolicyRejected(
             str(error), field="policy", line=error.line, column=error.column

@@ -156,6 +156,49 @@ def test_a_policy_that_does_not_parse_is_refused_with_its_position(asgi_server, 
     assert (error["line"], error["column"]) == (1, 21)
 
 
+ILL_TYPED_FRAMES = {
+    "selector: text for a float": (
+        "controller", {"type": "publish", "content": COMMAND, "selector": 'load >= "high"'},
+        (1, 9), "expected a number for 'load' (float), found \"high\"",
+    ),
+    "selector: text for a bool": (
+        "controller", {"type": "publish", "content": COMMAND, "selector": 'cgi == "yes"'},
+        (1, 8), "expected true or false for 'cgi' (bool)",
+    ),
+    "selector: misspelt name": (
+        "controller", {"type": "publish", "content": COMMAND, "selector": "lod > 1"},
+        (1, 1), "did you mean 'load'?",
+    ),
+    "policy: quoted trust": (
+        "server", {"type": "policy", "text": 'accept sender.trust >= "2"'},
+        (1, 24), "expected a whole number for 'sender.trust' (int)",
+    ),
+    "policy: quoted threat level": (
+        "server", {"type": "policy", "text": 'accept event.threat_level >= "4"'},
+        (1, 30), "expected a whole number for 'event.threat_level' (int)",
+    ),
+    "policy: undeclared event attribute": (
+        "server", {"type": "policy", "text": "accept event.x == 1"},
+        (1, 8), "unknown attribute 'event.x'",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("who", "frame", "position", "reason"), ILL_TYPED_FRAMES.values(), ids=ILL_TYPED_FRAMES
+)
+def test_an_ill_typed_text_is_refused_with_position_and_expected_type(
+    asgi_server, cast, who, frame, position, reason
+):
+    with connect(agent_url(asgi_server)) as ws:
+        logged_in(ws, cast[who])
+        ws.send(json.dumps({**frame, "ref": "typed"}))
+        error = json.loads(ws.recv(timeout=10))
+    assert (error["code"], error["ref"]) == ("policy_rejected", "typed")
+    assert (error["line"], error["column"]) == position
+    assert reason in error["message"]
+
+
 def test_a_claimed_attribute_is_refused_in_the_audit_log_and_nothing_is_applied(asgi_server, cast):
     with connect(agent_url(asgi_server)) as ws:
         logged_in(ws, cast["server"])

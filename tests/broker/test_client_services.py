@@ -4,10 +4,11 @@ import pytest
 
 from broker.audit import Actor
 from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
-from broker.models import AuditEntry
+from broker.models import AuditEntry, ClientModel
 from broker.scenario import WEB_SERVER_ATTRIBUTES
 from broker.selectors import current_attributes
 from broker.services.clients import (
+    AttributeSpec,
     authenticate_client,
     create_client_model,
     log_in_client,
@@ -121,3 +122,26 @@ def test_a_refusal_stays_in_the_audit_log_when_the_callers_transaction_rolls_bac
         state_attributes(client=server, values={"software": "IIS", "region": "X"}, actor=OPERATOR)
     refused = AuditEntry.objects.filter(action="attributes.state", outcome="refused")
     assert refused.count() == 1
+
+
+def test_a_model_giving_a_known_name_another_type_is_refused_naming_the_other_model(web_model):
+    with pytest.raises(InvalidInput) as refused:
+        create_client_model(
+            name="probe",
+            attributes=[AttributeSpec("hostname", "string"), AttributeSpec("load", "string")],
+            actor=OPERATOR,
+        )
+    assert refused.value.field == "load"
+    assert refused.value.message.startswith(
+        "load is already declared as float by model 'web-server'; a name has one type"
+    )
+    assert not ClientModel.objects.filter(name="probe").exists()
+    refusal = AuditEntry.objects.using("audit").get(action="model.create", outcome="refused")
+    assert refusal.target == "model:probe" and refusal.details["field"] == "load"
+
+
+def test_models_may_share_a_name_of_the_same_type(web_model):
+    probe = create_client_model(
+        name="probe", attributes=[AttributeSpec("load", "float")], actor=OPERATOR
+    )
+    assert list(probe.attributes.values_list("name", "type")) == [("load", "float")]

@@ -107,6 +107,51 @@ def test_bad_events_are_refused_with_the_offending_field(asgi_server, world, bod
     assert (got_status, error["code"], error["field"]) == (status, code, field)
 
 
+@pytest.mark.parametrize(
+    ("selector", "position", "reason"),
+    [
+        ('load >= "high"', (1, 9), "expected a number for 'load' (float)"),
+        ('cgi == "yes"', (1, 8), "expected true or false for 'cgi' (bool)"),
+        ("lod > 1", (1, 1), "did you mean 'load'?"),
+    ],
+)
+def test_an_ill_typed_selector_is_refused_with_position_and_expected_type(
+    asgi_server, world, selector, position, reason
+):
+    for path in ("/events", "/events/preview"):
+        status, error = call(
+            asgi_server, "POST", path, world["national"], {"content": COMMAND, "selector": selector}
+        )
+        assert (status, error["code"], error["field"]) == (400, "policy_rejected", "selector")
+        assert (error["line"], error["column"]) == position and reason in error["message"]
+
+
+def test_a_content_value_not_fitting_its_declared_type_is_refused(asgi_server, world):
+    body = {"content": {"kind": "alert", "alert": "worm", "threat_level": "4"}}
+    status, error = call(asgi_server, "POST", "/events", world["northwest"], body)
+    assert (status, error["code"], error["field"]) == (400, "invalid", "content.threat_level")
+    assert "must be a whole number" in error["message"]
+
+
+def test_a_version_range_is_previewed_as_versions_compare(asgi_server, world):
+    status, preview = call(
+        asgi_server, "POST", "/events/preview", world["national"],
+        {"content": COMMAND, "selector": 'receiver.software == "IIS" and version < "2.10"'},
+    )  # fmt: skip
+    versions = {
+        s.name: current_attributes(s)["version"]
+        for s in world["scenario"].servers
+        if current_attributes(s)["software"] == "IIS"
+    }
+    # As text, "2.4.1" < "2.10" is false: only a typed preview finds these.
+    expected = sorted(name for name, v in versions.items() if _numeric(v) < (2, 10))
+    assert status == 200 and expected and preview["receivers"] == expected
+
+
+def _numeric(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
 def test_calls_without_a_fitting_token_are_unauthenticated(asgi_server, world):
     assert call(asgi_server, "POST", "/events", None, {"content": COMMAND})[0] == 401
     status, error = call(asgi_server, "POST", "/events", "snt_forged", {"content": COMMAND})

@@ -99,3 +99,115 @@ def test_a_selector_with_an_error_is_refused_with_its_position(scenario):
             selector='software == "IIS" and',
         )
     assert refused.value.field == "selector"
+
+
+# Typed addressing: texts are typed by the vocabulary when saved or published --------
+
+ILL_TYPED_POLICIES = {
+    "quoted trust": (
+        'accept sender.trust >= "2"',
+        (1, 24),
+        "expected a whole number for 'sender.trust' (int), found \"2\": write 2 without quotes",
+    ),
+    "quoted threat level": (
+        'accept event.alert exists and\n    event.threat_level >= "4"',
+        (2, 27),
+        "expected a whole number for 'event.threat_level' (int)",
+    ),
+    "undeclared event attribute": (
+        'accept event.x == "y"',
+        (1, 8),
+        "unknown attribute 'event.x': the declared event attributes are action, alert, kind",
+    ),
+    "receiver attribute as sender's": (
+        "accept sender.load > 0.5",
+        (1, 8),
+        "unknown attribute 'sender.load': senders' models declare organization, region, scope",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "position", "reason"), ILL_TYPED_POLICIES.values(), ids=ILL_TYPED_POLICIES
+)
+def test_an_ill_typed_policy_is_refused_on_save_with_position_and_expected_type(
+    scenario, text, position, reason
+):
+    server = scenario.servers[0]
+    with pytest.raises(PolicyRejected) as refused:
+        set_policy(client=server, text=text, actor=Actor("user", "olivia"))
+    assert (refused.value.field, (refused.value.line, refused.value.column)) == ("policy", position)
+    assert reason in refused.value.message
+    assert server.policy_versions.count() == 1
+    refusal = AuditEntry.objects.using("audit").get(action="policy.set", outcome="refused")
+    assert refusal.reason == refused.value.message
+
+
+ILL_TYPED_SELECTORS = {
+    "text for a float": ('load >= "high"', (1, 9), "expected a number for 'load' (float)"),
+    "text for a bool": ('cgi == "yes"', (1, 8), "expected true or false for 'cgi' (bool)"),
+    "misspelt name": ("lod > 1", (1, 1), "did you mean 'load'?"),
+    "sender's attribute": ("trust >= 2", (1, 1), "unknown attribute 'trust': receivers' models"),
+    "shorthand on a float": (
+        'software == "IIS" and\n  receiver.load',
+        (2, 3),
+        "'receiver.load' alone means 'receiver.load == true', which needs true or false",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("selector", "position", "reason"), ILL_TYPED_SELECTORS.values(), ids=ILL_TYPED_SELECTORS
+)
+def test_an_ill_typed_selector_is_refused_on_publish_with_position_and_expected_type(
+    scenario, selector, position, reason
+):
+    with pytest.raises(PolicyRejected) as refused:
+        publish_event(
+            sender=scenario.controllers["intellimune-national"],
+            content={"kind": "command", "action": "status"},
+            selector=selector,
+        )
+    assert (refused.value.field, (refused.value.line, refused.value.column)) == (
+        "selector",
+        position,
+    )
+    assert reason in refused.value.message
+    assert not Event.objects.exists()
+    assert AuditEntry.objects.using("audit").filter(action="event.publish", outcome="refused")
+
+
+def test_the_protocol_documents_selector_example_is_published(scenario):
+    event = publish_event(
+        sender=scenario.controllers["intellimune-national"],
+        content={"kind": "command", "action": "disable-cgi"},
+        selector='receiver.software == "IIS" and receiver.cgi',
+    )
+    assert event.selector == 'receiver.software == "IIS" and receiver.cgi'
+
+
+def test_a_declared_content_attribute_must_have_a_value_of_its_type(scenario):
+    with pytest.raises(InvalidInput) as refused:
+        publish_event(
+            sender=scenario.controllers["northwest-controller"],
+            content={"alert": "worm", "threat_level": "4"},
+        )
+    assert refused.value.field == "content.threat_level"
+    assert refused.value.message == (
+        'event attribute threat_level (int) must be a whole number, got "4"'
+    )
+    assert not Event.objects.exists()
+
+
+def test_undeclared_content_is_published_but_no_policy_can_test_it(scenario):
+    event = publish_event(
+        sender=scenario.controllers["intellimune-national"],
+        content={"kind": "command", "note": "from the night shift"},
+    )
+    assert event.content["note"] == "from the night shift"
+    with pytest.raises(PolicyRejected, match=r"unknown attribute 'event\.note'"):
+        set_policy(
+            client=scenario.servers[0],
+            text="accept event.note exists",
+            actor=Actor("user", "olivia"),
+        )

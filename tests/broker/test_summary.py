@@ -6,14 +6,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.dispatch.summary import Summary
-from policies import parse_policy, parse_selector
+from broker.vocabulary import Vocabulary
+from policies import parse_selector
 from tests.policies.policy_strategies import (
     EVENT_NAMES,
     PROPERTY,
     RECEIVER_NAMES,
     SENDER_NAMES,
     attribute_maps,
-    policy_cases,
+    expression_texts,
+    models,
     selector_cases,
 )
 
@@ -28,59 +30,84 @@ def json_safe(attributes: dict) -> dict:
     }
 
 
-receivers = st.lists(
-    st.tuples(
-        attribute_maps(RECEIVER_NAMES).map(json_safe),
-        policy_cases(depth=2).map(lambda case: parse_policy(case[0])),
-    ),
-    min_size=1,
-    max_size=6,
-)
+@st.composite
+def worlds(draw, groups: int = 1) -> tuple[Vocabulary, list]:
+    """A vocabulary (one type per name, as the service has) and `groups` groups of
+    receivers whose policies it types, so that version literals are versions."""
+    sender, event = draw(models(SENDER_NAMES)), draw(models(EVENT_NAMES))
+    words = Vocabulary(receiver={}, sender=sender, event=event)
+    scoped = [f"sender.{n}" for n in SENDER_NAMES] + [f"event.{n}" for n in EVENT_NAMES]
+    policies = expression_texts(scoped, {**sender, **event}, depth=2).map(
+        lambda text: words.policy(f"accept {text}")
+    )
+    receiver = st.tuples(attribute_maps(RECEIVER_NAMES).map(json_safe), policies)
+    return words, [draw(st.lists(receiver, min_size=1, max_size=6)) for _ in range(groups)]
 
 
-def round_tripped(summary: Summary) -> Summary:
-    return Summary.from_json(summary.to_json())
+def round_tripped(summary: Summary, words: Vocabulary) -> Summary:
+    return Summary.from_json(summary.to_json(), words)
 
 
 @PROPERTY
-@given(receivers, selector_cases(depth=2))
-def test_a_summary_never_rules_out_a_receiver_the_selector_selects(group, case):
+@given(worlds(), selector_cases(depth=2))
+def test_a_summary_never_rules_out_a_receiver_the_selector_selects(world, case):
+    words, (group,) = world
     selector = parse_selector(case[0])
-    summary = round_tripped(Summary.of_receivers(group))
+    summary = round_tripped(Summary.of_receivers(group), words)
     if any(selector.selects(attributes) for attributes, _ in group):
         assert summary.may_select(selector)
 
 
 @PROPERTY
 @given(
-    receivers,
+    worlds(),
     attribute_maps(SENDER_NAMES).map(json_safe),
     attribute_maps(EVENT_NAMES).map(json_safe),
 )
-def test_a_summary_never_rules_out_a_sender_some_policy_accepts(group, sender, event):
-    summary = round_tripped(Summary.of_receivers(group))
+def test_a_summary_never_rules_out_a_sender_some_policy_accepts(world, sender, event):
+    words, (group,) = world
+    summary = round_tripped(Summary.of_receivers(group), words)
     if any(policy.accepts(sender, event) for _, policy in group):
         assert summary.may_accept(sender, event)
 
 
 @PROPERTY
-@given(receivers, receivers, selector_cases(depth=2))
-def test_a_union_lets_through_what_either_part_lets_through(left, right, case):
+@given(worlds(groups=2), selector_cases(depth=2))
+def test_a_union_lets_through_what_either_part_lets_through(world, case):
+    words, (left, right) = world
     selector = parse_selector(case[0])
     parts = [Summary.of_receivers(left), Summary.of_receivers(right)]
-    union = round_tripped(Summary.union(parts))
+    union = round_tripped(Summary.union(parts), words)
     assert union.covers(parts[0]) and union.covers(parts[1])
     if any(part.may_select(selector) for part in parts):
         assert union.may_select(selector)
 
 
 @PROPERTY
-@given(receivers, receivers, selector_cases(depth=2))
-def test_covering_means_letting_through_everything_the_other_does(left, right, case):
+@given(worlds(groups=2), selector_cases(depth=2))
+def test_covering_means_letting_through_everything_the_other_does(world, case):
+    _, (left, right) = world
     selector = parse_selector(case[0])
     a, b = Summary.of_receivers(left), Summary.of_receivers(right)
     if a.covers(b) and b.may_select(selector):
         assert a.may_select(selector)
+
+
+def test_a_version_literal_survives_the_json_form_and_covering():
+    words = Vocabulary(receiver={}, sender={}, event={"version": "version"})
+    from_24 = Summary.of_receivers([({}, words.policy('accept event.version >= "2.4"'))])
+    from_210 = Summary.of_receivers([({}, words.policy('accept event.version >= "2.10"'))])
+    stored_24, stored_210 = (round_tripped(s, words) for s in (from_24, from_210))
+    assert stored_24.may_accept({}, {"version": "2.10.1"})
+    assert not stored_24.may_accept({}, {"version": "2.3.9"})
+    assert stored_24.covers(stored_210) and not stored_210.covers(stored_24)
+
+
+def test_a_stored_summary_that_no_longer_type_checks_lets_everything_through():
+    typed = Vocabulary(receiver={}, sender={}, event={"level": "int"})
+    stored = Summary.of_receivers([({}, typed.policy("accept event.level >= 4"))]).to_json()
+    renamed = Vocabulary(receiver={}, sender={}, event={"severity": "int"})
+    assert Summary.from_json(stored, renamed).may_accept({}, {"anything": 1})
 
 
 def test_an_empty_subtree_matches_nothing():

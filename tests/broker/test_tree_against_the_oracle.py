@@ -15,6 +15,7 @@ from broker.services.clients import (
     register_client,
     state_attributes,
 )
+from broker.services.event_attributes import EventAttributeSpec, declare_event_attributes
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
 from tests.broker.tree_helpers import wait_until_idle
@@ -34,6 +35,10 @@ class World:
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
+        declare_event_attributes(
+            attributes=[EventAttributeSpec("kind", "string"), EventAttributeSpec("level", "int")],
+            actor=SETUP,
+        )
         self.node_model = create_client_model(
             name="node",
             attributes=[

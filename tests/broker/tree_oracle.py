@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 from broker.models import Client, Delivery, Event
-from broker.selectors import current_attributes, current_policy
-from policies import parse_policy, parse_selector
+from broker.selectors import current_attributes, current_policy, vocabulary
 
 
 def receiver_states() -> dict[int, tuple[dict, object]]:
-    """{receiver id: (attributes, policy)} of every receiver with a policy, now."""
+    """{receiver id: (attributes, policy)} of every receiver with a policy, now, typed
+    by the vocabulary as the service types it."""
+    words = vocabulary()
     states = {}
     for client in Client.objects.filter(can_receive=True, is_active=True):
         version = current_policy(client)
         if version is not None:
-            states[client.id] = (current_attributes(client), parse_policy(version.text))
+            states[client.id] = (current_attributes(client), words.policy(version.text))
     return states
 
 
 def matching(event: Event, states: dict[int, tuple[dict, object]]) -> set[int]:
     """Receivers whose attributes the selector selects and whose policy accepts."""
-    selector = parse_selector(event.selector) if event.selector else None
+    selector = vocabulary().selector(event.selector) if event.selector else None
     return {
         receiver_id
         for receiver_id, (attributes, policy) in states.items()

@@ -75,7 +75,7 @@ def test_type_errors_cover_int_bool_and_version_attributes():
     cases = {
         "trust == 2.5": "expected a whole number for 'trust'",
         "cgi == 1": "expected true or false for 'cgi'",
-        'version >= "2.x"': "expected a version such as \"2.4\" for 'version'",
+        'version >= "2.x"': "expected a dotted version such as \"2.4.1\" for 'version'",
         'load ~ "0.*"': "'~' applies to text, but 'load' is a float",
         "cgi < true": "cannot compare with true or false",
     }

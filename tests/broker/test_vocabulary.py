@@ -1,0 +1,81 @@
+"""The vocabulary: one type per name, by role, read again when it grows, and the texts
+parsed with it."""
+
+import logging
+
+import pytest
+
+from broker.audit import Actor
+from broker.scenario import load_scenario
+from broker.selectors import vocabulary
+from broker.services.clients import AttributeSpec, create_client_model, register_client
+from broker.services.event_attributes import EventAttributeSpec, declare_event_attributes
+from broker.vocabulary import Vocabulary
+from policies import AttributeType, PolicyTypeError, Version
+
+pytestmark = pytest.mark.django_db(databases=["default", "audit"])
+SETUP = Actor("system", "test")
+
+
+@pytest.fixture
+def scenario():
+    return load_scenario(servers=2)
+
+
+def test_selectors_are_typed_by_receivers_models_and_policies_by_senders_and_events(scenario):
+    words = vocabulary()
+    assert words.receiver["version"] is AttributeType.VERSION
+    assert "trust" not in words.receiver  # only controllers, which never receive, have it
+    assert words.sender == {
+        "organization": AttributeType.STRING,
+        "scope": AttributeType.STRING,
+        "region": AttributeType.STRING,
+        "trust": AttributeType.INT,
+    }
+    assert words.event["threat_level"] is AttributeType.INT
+    assert words.event["version"] is AttributeType.STRING  # the alert carries a glob
+
+
+def test_a_model_counts_for_a_role_once_a_client_of_it_has_that_role(scenario):
+    probe = create_client_model(
+        name="probe", attributes=[AttributeSpec("latency_ms", "int")], actor=SETUP
+    )
+    assert "latency_ms" not in vocabulary().receiver
+    register_client(name="probe-1", model=probe, can_send=False, can_receive=True, actor=SETUP)
+    assert vocabulary().receiver["latency_ms"] is AttributeType.INT
+    assert "latency_ms" not in vocabulary().sender
+
+
+def test_a_new_event_attribute_is_seen_at_the_next_read(scenario):
+    before = vocabulary()
+    declare_event_attributes(attributes=[EventAttributeSpec("urgent", "bool")], actor=SETUP)
+    after = vocabulary()
+    assert after is not before and after.event["urgent"] is AttributeType.BOOL
+    assert after.policy("accept event.urgent").accepts({}, {"urgent": True})
+
+
+def test_the_same_content_keeps_the_same_vocabulary_and_its_parsed_texts(scenario):
+    words = vocabulary()
+    selector = words.selector('version >= "2.4"')
+    register_client(
+        name="web-extra", model=scenario.web_server_model, can_send=False, can_receive=True,
+        actor=SETUP,
+    )  # fmt: skip
+    assert vocabulary() is words and words.selector('version >= "2.4"') is selector
+
+
+def test_version_literals_are_versions_wherever_the_vocabulary_parses(scenario):
+    constraint = vocabulary().selector('version >= "2.4"').filters()[0].sorted_constraints()[0]
+    assert constraint.value == Version("2.4")
+
+
+def test_a_stored_text_that_no_longer_type_checks_is_logged_and_matches_nothing(caplog):
+    words = Vocabulary(receiver={"load": "float"}, sender={}, event={"level": "int"})
+    with caplog.at_level(logging.ERROR, logger="broker.vocabulary"):
+        policy = words.stored_policy("accept event.severity >= 4")
+        selector = words.stored_selector("cgi == true")
+    assert not policy.accepts({}, {"severity": 5})
+    assert not selector.selects({"cgi": True})
+    assert len(caplog.records) == 2
+    with pytest.raises(PolicyTypeError):
+        words.policy("accept event.severity >= 4")
