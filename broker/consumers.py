@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -28,6 +29,7 @@ from broker.services import agents
 # Database work runs in a thread pool: Channels' default (one thread for every
 # consumer of the process) would queue a whole fleet behind each query.
 in_thread = partial(database_sync_to_async, thread_sensitive=False)
+logger = logging.getLogger(__name__)
 
 
 class AgentConsumer(AsyncWebsocketConsumer):
@@ -56,6 +58,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
         except BrokerError as error:
             await self._refuse(error, None)
             return
+        except Exception:
+            await self._refuse_after_failure(None)
+            return
         if self.client is None and request.type != "login":
             error = AuthenticationFailed("log in first", field="type")
             await self._refuse(error, request.ref)
@@ -76,6 +81,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
         except BrokerError as error:
             await self._refuse(_located(error, request.type), request.ref)
             return
+        except Exception:
+            await self._refuse_after_failure(request.ref)
+            return
         if reply is not None:
             await self._send({**reply, "ref": request.ref})
 
@@ -84,6 +92,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
         await self._send(protocol.error_frame(error, ref))
         if self.client is None:
             await self.close(code=protocol.CLOSE_UNAUTHENTICATED)
+
+    async def _refuse_after_failure(self, ref: Any) -> None:
+        """The last line of defence: a failure while handling a frame is logged and
+        answered, instead of closing the socket with 1011; the session goes on."""
+        logger.exception("agent frame failed (client %s)", self.actor or "not logged in")
+        await self._send(protocol.error_frame(protocol.InternalError("the server failed"), ref))
+        if self.client is None:  # not the token's fault: the agent may retry later
+            await self.close(code=protocol.CLOSE_TRY_AGAIN_LATER)
 
     async def _refuse_abuse(self, error: BrokerError) -> None:
         self.refused_frames += 1
