@@ -36,7 +36,6 @@ from broker.inputs import check_text, decode_json
 from broker.models import Authority, Client, ClientModel, Delivery, Event
 from broker.services import authorities, clients, events, operators
 from broker.services.clients import CLIENT_NAME
-from broker.services.events import CHANNEL_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -201,14 +200,21 @@ def operator_with(request: HttpRequest, permission: str, action: str, target: st
 
 # The event service checks content and channel (and audits refusals); the schema
 # states the same rules for readers and generators of requests.
-Content = Field(json_schema_extra={"minProperties": 1})
+CONTENT_RULES = {
+    "minProperties": 1,
+    "maxProperties": events.MAX_CONTENT_ATTRIBUTES,
+    "propertyNames": {"pattern": events.CONTENT_NAME.pattern},
+    "additionalProperties": {"type": ["string", "number", "boolean"]},
+}
 
 
 class EventIn(Schema):
-    content: dict[str, Any] = Content
+    content: dict[str, Any] = Field(json_schema_extra=CONTENT_RULES)
     selector: str = ""
-    lifetime_s: StrictInt = 60
-    channel: str = Field("default", json_schema_extra={"pattern": CHANNEL_NAME.pattern})
+    lifetime_s: StrictInt = Field(
+        60, json_schema_extra={"minimum": 1, "maximum": events.MAX_LIFETIME_S}
+    )
+    channel: str = Field("default", json_schema_extra={"pattern": events.CHANNEL_NAME.pattern})
 
 
 class PublishedOut(Schema):
@@ -220,7 +226,7 @@ class PublishedOut(Schema):
 
 
 class PreviewIn(Schema):
-    content: dict[str, Any] = Content
+    content: dict[str, Any] = Field(json_schema_extra=CONTENT_RULES)
     selector: str = ""
 
 

@@ -7,6 +7,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from django.conf import settings
 
 from broker.models import AuditEntry
 from broker.scenario import load_scenario
@@ -14,6 +15,7 @@ from broker.selectors import current_attributes
 from broker.services.clients import issue_token
 from broker.services.operators import issue_operator_token
 from tests.broker.agent_helpers import ISSUER
+from tests.broker.failing_database import inserts_refused
 from tests.broker.tree_helpers import wait_until_idle
 from tests.cast import ADMINISTRATOR, create_member
 
@@ -303,3 +305,18 @@ def test_the_schema_declares_every_operations_errors_and_refuses_empty_content(a
     assert components["EventIn"]["properties"]["content"]["minProperties"] == 1
     assert components["PreviewIn"]["properties"]["content"]["minProperties"] == 1
     assert {"code", "message", "field"} <= set(components["ErrorOut"]["required"])
+
+
+def test_a_body_beyond_the_upload_limit_is_413_naming_the_body(asgi_server, world):
+    text = json.dumps({"content": {"kind": "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)}})
+    status, error = post_json_text(asgi_server, "/events", world["national"], text)
+    assert (status, error["code"], error["field"]) == (413, "too_large", "body")
+
+
+def test_a_server_failure_is_answered_as_json_internal_and_is_not_a_client_error(
+    asgi_server, world
+):
+    # The last line of defence, reached through a real database failure.
+    with inserts_refused("broker_clienttoken"):
+        status, error = call(asgi_server, "POST", "/clients/web-00001/tokens", world["adam"])
+    assert (status, error["code"], error["field"]) == (500, "internal", None)
