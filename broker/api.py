@@ -134,7 +134,8 @@ def unreadable(request: HttpRequest, error: HttpError):
     """ninja wraps what the parser refused; the parser's error says where."""
     if isinstance(error.__cause__, BrokerError):
         return refused(request, error.__cause__)
-    body = {"code": "invalid", "message": str(error), "field": None}
+    code = "invalid" if error.status_code == 400 else "refused"
+    body = {"code": code, "message": str(error), "field": None}
     return api.create_response(request, body, status=error.status_code)
 
 
