@@ -7,33 +7,71 @@ caller, told apart by their token:
 - an operator's integration (`sno_...`): manages clients, reads any event, with the
   operator's Django permissions;
 - an authority (`sna_...`): attests and revokes attributes where it was granted.
-Every refusal is a JSON error {code, message, field} with a fitting HTTP status.
+Every refusal is a JSON error {code, message, field} with a fitting HTTP status, and
+every operation's schema declares them. Bodies are JSON (`application/json`) decoded
+strictly (broker/inputs.py): no NaN, no \\u0000, no lone surrogates, no deep nesting.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
-from ninja import NinjaAPI, Schema
-from ninja.errors import AuthenticationError
+from django.utils.datastructures import MultiValueDict
+from ninja import NinjaAPI, Path, Query, Schema
+from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as SchemaError
+from ninja.parser import Parser
 from ninja.security import HttpBearer
-from pydantic import StrictBool, StrictInt
+from pydantic import AwareDatetime, Field, StrictBool, StrictInt
 
 from broker import audit, selectors
 from broker.audit import Actor
-from broker.errors import (
-    AuthenticationFailed,
-    BrokerError,
-    InvalidInput,
-    NotAuthorised,
-    NotFound,
-)
+from broker.errors import AuthenticationFailed, BrokerError, InvalidInput, NotAuthorised, NotFound
+from broker.inputs import check_text, decode_json
 from broker.models import Authority, Client, ClientModel, Delivery, Event
 from broker.services import authorities, clients, events, operators
+from broker.services.clients import CLIENT_NAME
+
+logger = logging.getLogger(__name__)
+
+
+class UnsupportedMediaType(BrokerError):
+    code = "unsupported_media_type"
+
+
+class BodyTooLarge(BrokerError):
+    code = "too_large"
+
+
+class StrictJSONParser(Parser):
+    """Bodies are `application/json` only, decoded strictly; query values may not hold
+    NUL. Each refusal names the field (ninja reports them through HttpError's cause)."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        if request.content_type != "application/json":
+            raise UnsupportedMediaType(
+                f"the body must be application/json, not {request.content_type or 'untyped'}",
+                field="Content-Type",
+            )
+        try:
+            text = request.body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInput("the body is not UTF-8", field="body") from None
+        return decode_json(text, whole="body")
+
+    def parse_querydict(
+        self, data: MultiValueDict, list_fields: list[str], request: HttpRequest
+    ) -> dict[str, Any]:
+        for key, values in data.lists():
+            for value in values:
+                check_text(value, key)
+        return super().parse_querydict(data, list_fields, request)
+
 
 api = NinjaAPI(
     title="Selective Notification API",
@@ -42,6 +80,7 @@ api = NinjaAPI(
     "and attestations. The agents' WebSocket protocol is documented in docs/protocol.md.",
     docs_url=None,  # the interactive page would load scripts from a CDN
     urls_namespace="api",
+    parser=StrictJSONParser(),
 )
 
 STATUS = {
@@ -51,7 +90,29 @@ STATUS = {
     "authentication_failed": 401,
     "not_authorised": 403,
     "not_found": 404,
+    "too_large": 413,
+    "unsupported_media_type": 415,
 }
+# Where a schema error's location names the kind of parameter rather than the field.
+PARAMETER_KINDS = frozenset({"body", "payload", "query", "path"})
+MAX_OFFSET = 2**31 - 1
+MAX_PAGE = 1000
+
+
+class ErrorOut(Schema):
+    """Every refusal: what is wrong (`code`, `message`) and where (`field`); policy and
+    selector errors also carry the position."""
+
+    code: str
+    message: str
+    field: str | None
+    line: int | None = None
+    column: int | None = None
+
+
+# The refusals every operation may answer; those with a body also 413 and 415.
+ERRORS = {frozenset({400, 401, 403, 404}): ErrorOut}
+BODY_ERRORS = {frozenset({400, 401, 403, 404, 413, 415}): ErrorOut}
 
 
 @api.exception_handler(BrokerError)
@@ -62,9 +123,34 @@ def refused(request: HttpRequest, error: BrokerError):
 @api.exception_handler(SchemaError)
 def malformed(request: HttpRequest, error: SchemaError):
     first = error.errors[0]
-    where = ".".join(str(part) for part in first["loc"] if part not in ("body", "payload"))
-    body = {"code": "invalid", "message": f"{where}: {first['msg']}", "field": where or None}
+    where = ".".join(str(part) for part in first["loc"] if part not in PARAMETER_KINDS)
+    where = where or "body"
+    body = {"code": "invalid", "message": f"{where}: {first['msg']}", "field": where}
     return api.create_response(request, body, status=400)
+
+
+@api.exception_handler(HttpError)
+def unreadable(request: HttpRequest, error: HttpError):
+    """ninja wraps what the parser refused; the parser's error says where."""
+    if isinstance(error.__cause__, BrokerError):
+        return refused(request, error.__cause__)
+    code = "invalid" if error.status_code == 400 else "refused"
+    body = {"code": code, "message": str(error), "field": None}
+    return api.create_response(request, body, status=error.status_code)
+
+
+@api.exception_handler(RequestDataTooBig)
+def too_large(request: HttpRequest, error: RequestDataTooBig):
+    return refused(request, BodyTooLarge("the body is too large", field="body"))
+
+
+@api.exception_handler(Exception)
+def failed(request: HttpRequest, error: Exception):
+    """The last line of defence: a bug answers JSON, and is logged with its traceback.
+    No client input should ever get here (the API's fuzzer checks that)."""
+    logger.error("API request failed: %s %s", request.method, request.path, exc_info=error)
+    body = {"code": "internal", "message": "the server failed", "field": None}
+    return api.create_response(request, body, status=500)
 
 
 @api.exception_handler(AuthenticationError)
@@ -113,13 +199,27 @@ def operator_with(request: HttpRequest, permission: str, action: str, target: st
 # Events ---------------------------------------------------------------------------------
 
 
+# The event service checks content and channel (and audits refusals); the schema
+# states the same rules for readers and generators of requests.
+CONTENT_RULES = {
+    "minProperties": 1,
+    "maxProperties": events.MAX_CONTENT_ATTRIBUTES,
+    "propertyNames": {"pattern": events.CONTENT_NAME.pattern},
+    "additionalProperties": {"type": ["string", "number", "boolean"]},
+}
+
+
 class EventIn(Schema):
-    content: dict[str, Any]
+    content: dict[str, Any] = Field(json_schema_extra=CONTENT_RULES)
     selector: str = ""
-    lifetime_s: StrictInt = 60
-    channel: str = "default"
+    lifetime_s: StrictInt = Field(
+        60, json_schema_extra={"minimum": 1, "maximum": events.MAX_LIFETIME_S}
+    )
+    channel: str = Field("default", json_schema_extra={"pattern": events.CHANNEL_NAME.pattern})
     # Or the Idempotency-Key header: publishing again with it returns the first event.
-    idempotency_key: str | None = None
+    idempotency_key: str | None = Field(
+        None, json_schema_extra={"pattern": events.IDEMPOTENCY_KEY.pattern}
+    )
 
 
 class PublishedOut(Schema):
@@ -131,7 +231,7 @@ class PublishedOut(Schema):
 
 
 class PreviewIn(Schema):
-    content: dict[str, Any]
+    content: dict[str, Any] = Field(json_schema_extra=CONTENT_RULES)
     selector: str = ""
 
 
@@ -163,7 +263,9 @@ class EventStatusOut(Schema):
     deliveries: list[DeliveryOut]
 
 
-@api.post("/events", auth=ClientToken(), response={201: PublishedOut}, tags=["events"])
+@api.post(
+    "/events", auth=ClientToken(), response={201: PublishedOut, **BODY_ERRORS}, tags=["events"]
+)
 def publish(request: HttpRequest, payload: EventIn):
     """Publish an event as the calling client; it is routed once committed. With an
     idempotency key (field or `Idempotency-Key` header) the client used before, the
@@ -195,7 +297,12 @@ def _published(event: Event) -> dict:
     }
 
 
-@api.post("/events/preview", auth=ClientToken(), response=PreviewOut, tags=["events"])
+@api.post(
+    "/events/preview",
+    auth=ClientToken(),
+    response={200: PreviewOut, **BODY_ERRORS},
+    tags=["events"],
+)
 def preview(request: HttpRequest, payload: PreviewIn):
     """Who would receive this event if the calling client published it now."""
     selector = events.check_event(
@@ -210,7 +317,7 @@ def preview(request: HttpRequest, payload: PreviewIn):
 @api.get(
     "/events/{event_id}",
     auth=[ClientToken(), OperatorToken()],
-    response=EventStatusOut,
+    response={200: EventStatusOut, **ERRORS},
     tags=["events"],
 )
 def event_status(request: HttpRequest, event_id: UUID):
@@ -259,7 +366,7 @@ def _status(event: Event) -> dict:
 
 
 class ClientIn(Schema):
-    name: str
+    name: str = Field(json_schema_extra={"pattern": CLIENT_NAME.pattern})
     model: str
     can_send: StrictBool = False
     can_receive: StrictBool = True
@@ -287,15 +394,21 @@ class RevokedOut(Schema):
     revoked: int
 
 
-@api.get("/clients", auth=OperatorToken(), response=list[ClientOut], tags=["clients"])
-def list_clients(request: HttpRequest, model: str = "", offset: int = 0, limit: int = 100):
-    """Clients with their current attributes, by name; `limit` at most 1000."""
+@api.get(
+    "/clients", auth=OperatorToken(), response={200: list[ClientOut], **ERRORS}, tags=["clients"]
+)
+def list_clients(
+    request: HttpRequest,
+    model: str = "",
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
+    limit: int = Query(100, ge=1, le=MAX_PAGE),
+):
+    """Clients with their current attributes, by name, a page at a time."""
     operator_with(request, "broker.view_client", "client.list", "clients")
     query = Client.objects.select_related("model").order_by("name")
     if model:
         query = query.filter(model__name=model)
-    page = list(query[max(0, offset) : max(0, offset) + min(max(limit, 1), 1000)])
-    return [_client_out(client) for client in page]
+    return [_client_out(client) for client in query[offset : offset + limit]]
 
 
 def _client_out(client: Client) -> dict:
@@ -309,7 +422,9 @@ def _client_out(client: Client) -> dict:
     }
 
 
-@api.post("/clients", auth=OperatorToken(), response={201: RegisteredOut}, tags=["clients"])
+@api.post(
+    "/clients", auth=OperatorToken(), response={201: RegisteredOut, **BODY_ERRORS}, tags=["clients"]
+)
 def register(request: HttpRequest, payload: ClientIn):
     """Register a client; its secret is in this answer only."""
     actor = operator_with(request, "broker.add_client", "client.register", payload.name)
@@ -333,17 +448,29 @@ def _client_named(name: str) -> Client:
     return client
 
 
+# A path's client name: one that cannot exist is refused before any lookup.
+ClientName = Path(..., pattern=CLIENT_NAME.pattern)
+
+
 @api.post(
-    "/clients/{name}/tokens", auth=OperatorToken(), response={201: TokenOut}, tags=["clients"]
+    "/clients/{name}/tokens",
+    auth=OperatorToken(),
+    response={201: TokenOut, **ERRORS},
+    tags=["clients"],
 )
-def issue_token(request: HttpRequest, name: str):
+def issue_token(request: HttpRequest, name: str = ClientName):
     """A new token for a provisioned agent; shown in this answer only."""
     actor = operator_with(request, "broker.change_client", "client.issue_token", name)
     return 201, {"token": clients.issue_token(client=_client_named(name), actor=actor)}
 
 
-@api.delete("/clients/{name}/tokens", auth=OperatorToken(), response=RevokedOut, tags=["clients"])
-def revoke_tokens(request: HttpRequest, name: str):
+@api.delete(
+    "/clients/{name}/tokens",
+    auth=OperatorToken(),
+    response={200: RevokedOut, **ERRORS},
+    tags=["clients"],
+)
+def revoke_tokens(request: HttpRequest, name: str = ClientName):
     """Revoke every token of a client; its open sessions end."""
     actor = operator_with(request, "broker.change_client", "client.revoke_tokens", name)
     return {"revoked": clients.revoke_tokens(client=_client_named(name), actor=actor)}
@@ -355,15 +482,24 @@ def revoke_tokens(request: HttpRequest, name: str):
 class AttestationIn(Schema):
     grant_key: str
     values: dict[str, Any]
-    expires_at: datetime | None = None
+    expires_at: AwareDatetime | None = None
+
+
+class AttestedOut(Schema):
+    attested: list[str]
 
 
 class RevocationIn(Schema):
     names: list[str]
 
 
-@api.post("/clients/{name}/attestations", auth=AuthorityKey(), tags=["attestations"])
-def attest(request: HttpRequest, name: str, payload: AttestationIn):
+@api.post(
+    "/clients/{name}/attestations",
+    auth=AuthorityKey(),
+    response={200: AttestedOut, **BODY_ERRORS},
+    tags=["attestations"],
+)
+def attest(request: HttpRequest, payload: AttestationIn, name: str = ClientName):
     """The calling authority sets attributes on a client that granted it permission."""
     authorities.attest_attributes(
         authority=request.auth,
@@ -378,10 +514,10 @@ def attest(request: HttpRequest, name: str, payload: AttestationIn):
 @api.post(
     "/clients/{name}/attestations/revoke",
     auth=AuthorityKey(),
-    response=RevokedOut,
+    response={200: RevokedOut, **BODY_ERRORS},
     tags=["attestations"],
 )
-def revoke_attestation(request: HttpRequest, name: str, payload: RevocationIn):
+def revoke_attestation(request: HttpRequest, payload: RevocationIn, name: str = ClientName):
     """The calling authority withdraws values it attested."""
     count = authorities.revoke_attestation(
         authority=request.auth, client=_client_named(name), names=payload.names

@@ -8,16 +8,26 @@ transaction is rolled back because of it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import math
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
+from django.db import DatabaseError
 from django.utils import timezone
 
 from broker.errors import BrokerError
+from broker.inputs import printable_text
 from broker.models import AuditEntry
 
 REFUSALS_DATABASE = "audit"
+SHORT_TEXT = 200  # the actor and target columns
+LONG_TEXT = 20_000  # a policy's text fits
+MAX_DETAIL_DEPTH = 8
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -69,14 +79,48 @@ def refusals_recorded(
 
 def record_refusal(
     *, actor: Actor, action: str, target: str, reason: str, details: dict | None = None
-) -> AuditEntry:
-    """Record a refusal on its own connection, so that no rollback can lose it."""
-    return AuditEntry.objects.using(REFUSALS_DATABASE).create(
+) -> AuditEntry | None:
+    """Record a refusal on its own connection, so that no rollback can lose it.
+
+    What the refused party sent is cleaned first (NUL, lone surrogates, NaN, oversized
+    text), so that no input can make the record fail. If the database fails anyway,
+    the refusal still stands: it is logged as an error, with everything the entry would
+    have held, and None is returned.
+    """
+    entry = AuditEntry(
         at=timezone.now(),
-        actor=str(actor),
+        actor=printable_text(str(actor), SHORT_TEXT),
         action=action,
-        target=target,
+        target=printable_text(target, SHORT_TEXT),
         outcome=AuditEntry.Outcome.REFUSED,
-        reason=reason,
-        details=details or {},
+        reason=printable_text(reason, LONG_TEXT),
+        details=storable(details or {}),
     )
+    try:
+        entry.save(using=REFUSALS_DATABASE)
+    except DatabaseError:
+        logger.exception(
+            "AUDIT ENTRY LOST: could not record the refusal of %s by %s on %s: %s %s",
+            entry.action, entry.actor, entry.target, entry.reason, entry.details,
+        )  # fmt: skip
+        return None
+    return entry
+
+
+def storable(value: Any, depth: int = 0) -> Any:
+    """`value` as an audit entry's JSON can hold it: text cleaned and cut, numbers
+    finite, anything else spelled out with repr()."""
+    if isinstance(value, str):
+        return printable_text(value, LONG_TEXT)
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if depth < MAX_DETAIL_DEPTH and isinstance(value, Mapping):
+        return {
+            printable_text(str(key), SHORT_TEXT): storable(item, depth + 1)
+            for key, item in value.items()
+        }
+    if depth < MAX_DETAIL_DEPTH and isinstance(value, list | tuple):
+        return [storable(item, depth + 1) for item in value]
+    return printable_text(repr(value), LONG_TEXT)

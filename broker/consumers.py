@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from datetime import UTC, datetime
 from functools import partial
@@ -29,6 +30,7 @@ from broker.services import agents
 # Database work runs in a thread pool: Channels' default (one thread for every
 # consumer of the process) would queue a whole fleet behind each query.
 in_thread = partial(database_sync_to_async, thread_sensitive=False)
+logger = logging.getLogger(__name__)
 
 
 class AgentConsumer(AsyncWebsocketConsumer):
@@ -57,6 +59,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
         except BrokerError as error:
             await self._refuse(error, None)
             return
+        except Exception:
+            await self._refuse_after_failure(None)
+            return
         if self.client is None and request.type != "login":
             error = AuthenticationFailed("log in first", field="type")
             await self._refuse(error, request.ref)
@@ -77,6 +82,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
         except BrokerError as error:
             await self._refuse(_located(error, request.type), request.ref)
             return
+        except Exception:
+            await self._refuse_after_failure(request.ref)
+            return
         if reply is not None:
             await self._send({**reply, "ref": request.ref})
 
@@ -85,6 +93,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
         await self._send(protocol.error_frame(error, ref))
         if self.client is None:
             await self.close(code=protocol.CLOSE_UNAUTHENTICATED)
+
+    async def _refuse_after_failure(self, ref: Any) -> None:
+        """The last line of defence: a failure while handling a frame is logged and
+        answered, instead of closing the socket with 1011; the session goes on."""
+        logger.exception("agent frame failed (client %s)", self.actor or "not logged in")
+        await self._send(protocol.error_frame(protocol.InternalError("the server failed"), ref))
+        if self.client is None:  # not the token's fault: the agent may retry later
+            await self.close(code=protocol.CLOSE_TRY_AGAIN_LATER)
 
     async def _refuse_abuse(self, error: BrokerError) -> None:
         self.refused_frames += 1
@@ -108,17 +124,28 @@ class AgentConsumer(AsyncWebsocketConsumer):
         token = request.require("token", str, "a client token")
         after = request.optional("after_position", int, "the last position received", None)
         legacy_after = request.optional("after", int, "the last delivery id received", None)
+        if after is not None and after < 0:
+            raise InvalidInput("after_position must be 0 or more", field="after_position")
         peer = "{}:{}".format(*(self.scope.get("client") or ("?", "?")))
         self.client = await in_thread(agents.authenticate_agent)(token=token, peer=peer)
         self.actor = Actor("client", self.client.name)
+        try:
+            await self._start_session(request.ref, after, legacy_after)
+        except Exception:
+            # Half a login (say Redis failed to join the group) is no login: the agent
+            # is told to try again later (1013), not left without its live stream.
+            self.client = self.actor = None
+            raise
         self.login_deadline.cancel()
+
+    async def _start_session(self, ref: Any, after: int | None, legacy_after: int | None):
         if after is None and legacy_after is not None:
             after = await in_thread(position_after_delivery)(self.client, legacy_after)
         # Join before reading what is pending, so that nothing falls in between.
         await self.channel_layer.group_add(client_group(self.client.id), self.channel_name)
         through = await in_thread(_last_position)(self.client)
-        await self._send(self._welcome(request.ref, through))
-        await self._replay(after, request.ref, through)
+        await self._send(self._welcome(ref, through))
+        await self._replay(after, ref, through)
 
     def _welcome(self, ref: Any, last_position: int) -> dict:
         return {

@@ -7,12 +7,12 @@ requests. Every refusal is an `error` frame naming the offending field.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from broker.errors import BrokerError, InvalidInput
+from broker.inputs import decode_json, printable_text
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 64 * 1024
@@ -28,6 +28,7 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_LOGIN_TIMEOUT = 4408
 CLOSE_ABUSIVE = 4429
 CLOSE_REVOKED = 4403
+CLOSE_TRY_AGAIN_LATER = 1013  # the server failed before login (WebSocket's own code)
 
 CLIENT_TYPES = frozenset(
     {"login", "advertise", "update", "policy", "publish", "ack", "heartbeat", "received", "resend"}
@@ -46,6 +47,13 @@ class TooLarge(BrokerError):
 
 class RateLimited(BrokerError):
     code = "rate_limited"
+
+
+class InternalError(BrokerError):
+    """The server failed on a frame (a bug, or the database is down); no client input
+    should ever cause this, and the session goes on."""
+
+    code = "internal"
 
 
 @dataclass
@@ -84,19 +92,17 @@ def parse_frame(text: str | None, data: bytes | None) -> Request:
         raise FrameError("frames are JSON text, not binary", field="frame")
     if len(text.encode()) > MAX_FRAME_BYTES:
         raise TooLarge(f"a frame may hold at most {MAX_FRAME_BYTES} bytes", field="frame")
-    try:
-        body = json.loads(text)
-    except ValueError as error:
-        raise FrameError(f"not JSON: {error}", field="frame") from None
+    body = decode_json(text, whole="frame", malformed=FrameError)
     if not isinstance(body, dict):
         raise FrameError("a frame must be a JSON object", field="frame")
     ref = body.pop("ref", None)
     if ref is not None and not (isinstance(ref, str | int) and len(str(ref)) <= 64):
         raise FrameError("ref must be a string or number of at most 64 characters", field="ref")
     kind = body.pop("type", None)
-    if kind not in CLIENT_TYPES:
+    if not isinstance(kind, str) or kind not in CLIENT_TYPES:
         expected = ", ".join(sorted(CLIENT_TYPES))
-        raise FrameError(f"unknown type {kind!r}; expected one of: {expected}", field="type")
+        given = printable_text(repr(kind), 80)
+        raise FrameError(f"unknown type {given}; expected one of: {expected}", field="type")
     return Request(kind, ref, body)
 
 

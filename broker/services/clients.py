@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,9 @@ from broker.models import AttributeValue, Client, ClientModel, ClientToken, Mode
 from broker.selectors import declared_types
 from broker.services.tree import attach_to_leaf
 from policies import AttributeType
+
+# A client's name; the HTTP API's schema states the same pattern.
+CLIENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,7 @@ def register_client(
 
     The secret is returned this once and stored only as a hash.
     """
+    _check_client_name(name)
     secret = new_secret("sns")
     try:
         with transaction.atomic():
@@ -124,6 +129,16 @@ def register_client(
     except IntegrityError:
         raise InvalidInput(f"a client named {name!r} already exists", field="name") from None
     return client, secret
+
+
+def _check_client_name(name: Any) -> None:
+    # Names appear in URLs (/clients/NAME/tokens), on command lines and in the console.
+    if not isinstance(name, str) or not CLIENT_NAME.fullmatch(name):
+        raise InvalidInput(
+            "a client name is 1-128 letters, digits, '-', '_' or '.', starting with a "
+            "letter or digit",
+            field="name",
+        )
 
 
 def log_in_client(*, name: str, secret: str) -> str:

@@ -26,7 +26,7 @@ MAX_CONTENT_ATTRIBUTES = 100
 MAX_SELECTOR_LENGTH = 10_000
 CONTENT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CHANNEL_NAME = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
-IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,128}$")
 # Content names that would pose as the sender's attributes: refused, not ignored.
 FORGED_NAMES = frozenset({"sender", "receiver", "event"})
 
@@ -146,7 +146,7 @@ def _check_publish(
         raise InvalidInput("lifetime_s must be a whole number of seconds", field="lifetime_s")
     if not 1 <= lifetime_s <= MAX_LIFETIME_S:
         raise InvalidInput(f"lifetime_s must be 1 to {MAX_LIFETIME_S}", field="lifetime_s")
-    if not isinstance(channel, str) or not CHANNEL_NAME.match(channel):
+    if not isinstance(channel, str) or not CHANNEL_NAME.fullmatch(channel):
         raise InvalidInput("channel must be 1-128 letters, digits or _ . : / -", field="channel")
     return _check_selector(selector, words)
 
@@ -159,7 +159,7 @@ def _check_content(content: Any) -> None:
             f"content has more than {MAX_CONTENT_ATTRIBUTES} attributes", field="content"
         )
     for name, value in content.items():
-        if not isinstance(name, str) or not CONTENT_NAME.match(name.split(".", 1)[-1]):
+        if not isinstance(name, str) or not CONTENT_NAME.fullmatch(name.split(".", 1)[-1]):
             raise InvalidInput(f"{name!r} is not a valid attribute name", field=f"content.{name}")
         if "." in name or name in FORGED_NAMES:
             raise NotAuthorised(

@@ -18,6 +18,7 @@ from broker.client import Agent, AgentError, SessionEnded
 from broker.models import AuditEntry, Delivery
 from broker.services.clients import issue_token, revoke_tokens
 from tests.broker.agent_helpers import ISSUER, agent_url
+from tests.broker.failing_database import inserts_refused
 from tests.broker.tree_helpers import wait_until_idle
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -136,6 +137,75 @@ def test_a_bad_publish_names_the_field_and_the_connection_survives(
     assert_refused_and_alive(asgi_server, cast["controller"], frame, code, field)
 
 
+DEEP = "[" * 20_000 + "]" * 20_000
+
+
+@pytest.mark.parametrize(
+    ("frame", "code", "field"),
+    [
+        ('{"type": []}', "bad_frame", "type"),
+        ('{"type": {"a": 1}}', "bad_frame", "type"),
+        (r'{"type": "update", "values": {"hostname": "web\u0000"}}', "invalid",
+         "values.hostname"),
+        (r'{"type": "update", "values": {"hostname": "web\ud800"}}', "invalid",
+         "values.hostname"),
+        (r'{"type": "update", "values": {"host\u0000name": "web"}}', "invalid",
+         r"values.host\u0000name"),
+        (r'{"type": "policy", "text": "accept event.kind == \"\u0000\""}', "invalid", "text"),
+        (r'{"type": "policy", "text": "accept \udc00"}', "invalid", "text"),
+        ('{"type": "update", "values": {"load": NaN}}', "invalid", "values.load"),
+        ('{"type": "update", "values": {"load": Infinity}}', "invalid", "values.load"),
+        ('{"type": "update", "values": {"load": -1e999}}', "invalid", "values.load"),
+        ('{"type": "ack", "delivery": 99999999999999999999, "status": "ok"}', "invalid",
+         "delivery"),
+        (r'{"type": "ack", "delivery": 1, "status": "ok", "result": {"out": "\u0000"}}',
+         "invalid", "result.out"),
+        (r'{"type": "heartbeat", "ref": "\u0000"}', "invalid", "ref"),
+        ('{"type": "update", "values": ' + DEEP + "}", "bad_frame", "frame"),
+    ],
+)  # fmt: skip
+def test_malformed_json_and_unstorable_text_get_an_error_naming_the_field_and_no_1011(
+    asgi_server, cast, frame, code, field
+):
+    assert_refused_and_alive(asgi_server, cast["server"], frame, code, field)
+
+
+@pytest.mark.parametrize(
+    ("frame", "field"),
+    [
+        (r'{"type": "publish", "content": {"kind": "x"}, "selector": "\u0000"}', "selector"),
+        (r'{"type": "publish", "content": {"kind": "x"}, "channel": "a\u0000"}', "channel"),
+        ('{"type": "publish", "content": {"kind": "x"}, "channel": "abc\\n"}', "channel"),
+        (r'{"type": "publish", "content": {"kind": "\ud83d"}}', "content.kind"),
+        ('{"type": "publish", "content": {"kind\\n": "x"}}', "content.kind\n"),
+        ('{"type": "publish", "content": {"kind": "x"}, "lifetime_s": 1e400}', "lifetime_s"),
+    ],
+)  # fmt: skip
+def test_a_publish_with_unstorable_text_or_a_partial_name_is_invalid_naming_the_field(
+    asgi_server, cast, frame, field
+):
+    assert_refused_and_alive(asgi_server, cast["controller"], frame, "invalid", field)
+
+
+@pytest.mark.parametrize(
+    ("frame", "code", "field"),
+    [
+        (r'{"type": "login", "token": "snt_\ud800"}', "invalid", "token"),
+        (r'{"type": "login", "token": "snt_\u0000"}', "invalid", "token"),
+        ('{"type": []}', "bad_frame", "type"),
+        ('{"type": "login", "token": ' + DEEP + "}", "bad_frame", "frame"),
+    ],
+)  # fmt: skip
+def test_malformed_input_before_login_gets_an_error_and_the_unauthenticated_close(
+    asgi_server, cast, frame, code, field
+):
+    with connect(agent_url(asgi_server)) as ws:
+        ws.send(frame)
+        error = json.loads(ws.recv(timeout=10))
+        assert close_code(ws) == 4401
+    assert (error["type"], error["code"], error["field"]) == ("error", code, field)
+
+
 def assert_refused_and_alive(asgi_server, token, frame, code, field):
     with connect(agent_url(asgi_server)) as ws:
         logged_in(ws, token)
@@ -145,6 +215,24 @@ def assert_refused_and_alive(asgi_server, token, frame, code, field):
         alive = json.loads(ws.recv(timeout=10))
     assert (error["type"], error["code"], error["field"]) == ("error", code, field)
     assert alive["type"] == "heartbeat" and alive["ref"] == "alive"
+
+
+def test_a_refusal_whose_audit_write_fails_still_gets_its_error_frame(asgi_server, cast):
+    frame = json.dumps({"type": "update", "values": {"region": "Northwest"}})
+    with inserts_refused("broker_auditentry", "NEW.outcome = 'refused'"):
+        assert_refused_and_alive(asgi_server, cast["server"], frame, "not_authorised",
+                                 "values.region")  # fmt: skip
+    assert not AuditEntry.objects.filter(outcome="refused").exists()
+
+
+def test_a_server_failure_on_a_frame_is_answered_as_internal_and_the_session_goes_on(
+    asgi_server, cast
+):
+    # The last line of defence, reached through a real database failure: no client
+    # input reaches it (the fuzzer checks that), but a bug or an outage would.
+    frame = json.dumps({"type": "policy", "text": 'accept sender.scope == "national"'})
+    with inserts_refused("broker_policyversion"):
+        assert_refused_and_alive(asgi_server, cast["server"], frame, "internal", None)
 
 
 def test_a_policy_that_does_not_parse_is_refused_with_its_position(asgi_server, cast):

@@ -52,6 +52,22 @@ def test_clients_are_spread_evenly_over_the_leaves(web_model):
     assert sorted(leaves.count(leaf) for leaf in set(leaves)) == [2, 2, 2, 2]
 
 
+@pytest.mark.parametrize("name", ["", "a/b", "web\n", "-web", "..", "w" * 129, "web 1"])
+def test_a_name_outside_the_client_name_rule_is_refused_by_field(web_model, name):
+    with pytest.raises(InvalidInput) as refused:
+        register_client(
+            name=name, model=web_model, can_send=False, can_receive=True, actor=OPERATOR
+        )
+    assert refused.value.field == "name"
+
+
+def test_names_of_letters_digits_dashes_underscores_and_dots_are_accepted(web_model):
+    for name in ["w", "web.example.org", "Web_01-b", "9" * 128]:
+        register_client(
+            name=name, model=web_model, can_send=False, can_receive=True, actor=OPERATOR
+        )
+
+
 def test_a_duplicate_name_is_refused_by_field(server, web_model):
     with pytest.raises(InvalidInput) as refused:
         register_client(

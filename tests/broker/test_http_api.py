@@ -7,6 +7,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from django.conf import settings
 
 from broker.models import AuditEntry
 from broker.scenario import load_scenario
@@ -14,6 +15,7 @@ from broker.selectors import current_attributes
 from broker.services.clients import issue_token
 from broker.services.operators import issue_operator_token
 from tests.broker.agent_helpers import ISSUER
+from tests.broker.failing_database import inserts_refused
 from tests.broker.tree_helpers import wait_until_idle
 from tests.cast import ADMINISTRATOR, create_member
 
@@ -211,3 +213,156 @@ def test_an_authority_attests_where_granted_and_within_its_capabilities(asgi_ser
     )
     assert (status, answer) == (200, {"revoked": 1})
     assert "region" not in current_attributes(server)
+
+
+# Malformed input: an error naming the field, never a 500 -------------------------------
+
+
+def send_raw(base: str, method: str, path: str, token: str, data: bytes, content_type: str):
+    """(status, JSON body) of a request whose body is sent as it is."""
+    request = urllib.request.Request(base + "/api/v1" + path, data=data, method=method)
+    request.add_header("Content-Type", content_type)
+    request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def post_json_text(base: str, path: str, token: str, text: str):
+    return send_raw(base, "POST", path, token, text.encode(), "application/json")
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        (r'{"content": {"kind": "com\u0000mand"}}', "content.kind"),
+        (r'{"content": {"kind": "x"}, "selector": "\u0000"}', "selector"),
+        (r'{"content": {"kind": "\ud83d"}}', "content.kind"),
+        ('{"content": {"kind": "x", "load": NaN}}', "content.load"),
+        ('{"content": {"kind": "x"}, "lifetime_s": Infinity}', "lifetime_s"),
+        ('{"content": {"kind": "x"}, "lifetime_s": 9223372036854775808}', "lifetime_s"),
+    ],
+)  # fmt: skip
+def test_nul_lone_surrogates_nan_and_huge_numbers_in_a_body_are_400_naming_the_field(
+    asgi_server, world, text, field
+):
+    status, error = post_json_text(asgi_server, "/events", world["national"], text)
+    assert (status, error["code"], error["field"]) == (400, "invalid", field)
+
+
+def test_a_body_nested_twenty_thousand_deep_is_400_naming_the_body(asgi_server, world):
+    text = '{"content": {"kind": ' + "[" * 20_000 + "]" * 20_000 + "}}"
+    status, error = post_json_text(asgi_server, "/events", world["national"], text)
+    assert (status, error["code"], error["field"]) == (400, "invalid", "body")
+
+
+def test_a_body_that_is_not_json_text_is_400_naming_the_body(asgi_server, world):
+    status, error = post_json_text(asgi_server, "/events", world["national"], '{"content": ')
+    assert (status, error["field"]) == (400, "body")
+    status, error = send_raw(
+        asgi_server, "POST", "/events", world["national"], b'{"a": "\xff"}', "application/json"
+    )
+    assert (status, error["field"]) == (400, "body")
+
+
+def test_a_body_that_is_not_application_json_is_415_naming_the_content_type(asgi_server, world):
+    body = json.dumps({"content": COMMAND}).encode()
+    status, error = send_raw(asgi_server, "POST", "/events", world["national"], body, "text/plain")
+    assert (status, error["field"]) == (415, "Content-Type")
+    assert error["code"] == "unsupported_media_type"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"content": COMMAND, "channel": "abc\n"}, "channel"),
+        ({"content": {"kind\n": "command"}}, "content.kind\n"),
+        ({"content": {}}, "content"),
+    ],
+)
+def test_names_must_match_whole_and_content_may_not_be_empty(asgi_server, world, body, field):
+    status, error = call(asgi_server, "POST", "/events", world["national"], body)
+    assert (status, error["code"], error["field"]) == (400, "invalid", field)
+    assert AuditEntry.objects.filter(action="event.publish", outcome="refused").exists()
+
+
+@pytest.mark.parametrize(
+    "name", ["", "a/b", "web\n", "-web", "..", "x" * 129, "web\x00", "spaced name"]
+)
+def test_a_client_name_outside_the_rule_is_refused_when_registering(asgi_server, world, name):
+    body = {"name": name, "model": "web-server"}
+    status, error = call(asgi_server, "POST", "/clients", world["adam"], body)
+    assert (status, error["code"], error["field"]) == (400, "invalid", "name")
+
+
+@pytest.mark.parametrize("name", ["web%00", "web%0A", "-web"])
+def test_a_client_name_in_the_path_outside_the_rule_is_400_naming_it(asgi_server, world, name):
+    status, error = call(asgi_server, "POST", f"/clients/{name}/tokens", world["adam"])
+    assert (status, error["code"], error["field"]) == (400, "invalid", "name")
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("offset=9223372036854775808", "offset"),
+        ("offset=-1", "offset"),
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("model=web%00server", "model"),
+    ],
+)
+def test_query_parameters_out_of_range_or_holding_nul_are_400_naming_them(
+    asgi_server, world, query, field
+):
+    status, error = call(asgi_server, "GET", f"/clients?{query}", world["adam"])
+    assert (status, error["code"], error["field"]) == (400, "invalid", field)
+
+
+def test_an_attestation_expiry_without_a_time_zone_is_400_naming_it(asgi_server, world):
+    body = {"grant_key": "sng_x", "values": {"region": "X"}, "expires_at": "2999-01-01T00:00:00"}
+    key = world["scenario"].secrets["macrocorp-inventory"]
+    status, error = call(asgi_server, "POST", "/clients/web-00001/attestations", key, body)
+    assert (status, error["code"], error["field"]) == (400, "invalid", "expires_at")
+
+
+def test_an_oversized_name_in_a_refusal_is_audited_cut_to_fit(asgi_server, world):
+    # Olivia may not register clients; her refusal names the 300-character name.
+    body = {"name": "w" * 300, "model": "web-server"}
+    status, error = call(asgi_server, "POST", "/clients", world["olivia"], body)
+    assert (status, error["code"]) == (403, "not_authorised")
+    refusal = AuditEntry.objects.get(action="client.register", outcome="refused")
+    assert len(refusal.target) == 200 and refusal.target.startswith("www")
+
+
+def test_the_schema_declares_every_operations_errors_and_refuses_empty_content(asgi_server):
+    with urllib.request.urlopen(asgi_server + "/api/v1/openapi.json", timeout=10) as response:
+        schema = json.loads(response.read())
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            declared = set(operation["responses"])
+            assert {"400", "401", "403", "404"} <= declared, (method, path)
+            if "requestBody" in operation:
+                assert {"413", "415"} <= declared, (method, path)
+            error = operation["responses"]["400"]["content"]["application/json"]["schema"]
+            assert error == {"$ref": "#/components/schemas/ErrorOut"}
+    components = schema["components"]["schemas"]
+    assert components["EventIn"]["properties"]["content"]["minProperties"] == 1
+    assert components["PreviewIn"]["properties"]["content"]["minProperties"] == 1
+    assert {"code", "message", "field"} <= set(components["ErrorOut"]["required"])
+
+
+def test_a_body_beyond_the_upload_limit_is_413_naming_the_body(asgi_server, world):
+    text = json.dumps({"content": {"kind": "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)}})
+    status, error = post_json_text(asgi_server, "/events", world["national"], text)
+    assert (status, error["code"], error["field"]) == (413, "too_large", "body")
+
+
+def test_a_server_failure_is_answered_as_json_internal_and_is_not_a_client_error(
+    asgi_server, world
+):
+    # The last line of defence, reached through a real database failure.
+    with inserts_refused("broker_clienttoken"):
+        status, error = call(asgi_server, "POST", "/clients/web-00001/tokens", world["adam"])
+    assert (status, error["code"], error["field"]) == (500, "internal", None)

@@ -1,0 +1,128 @@
+"""Strict decoding of untrusted JSON, shared by the agent socket and the HTTP API.
+
+Python's `json` accepts more than what we can store or answer: `NaN` and `Infinity`,
+numbers too large for any column, strings holding `\\u0000` (PostgreSQL's text and
+jsonb cannot hold it) or a lone surrogate (not text in any encoding), and nesting deep
+enough to exhaust the interpreter's stack. Each of these is refused here, before any
+service sees it, with the path of the offending field as spelled in the frame or body
+(`values.hostname`, `content.kind`, `result.lines[2]`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from broker.errors import BrokerError, InvalidInput
+
+MAX_DEPTH = 32
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+
+# A JSON string (possessive, so that an unterminated one cannot backtrack), and a bracket.
+_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+class _Refused:
+    """What a number the decoder will not accept is decoded as, until its path is known."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+_NON_FINITE = _Refused("must be a finite number (NaN and Infinity are not JSON)")
+_OUT_OF_RANGE = _Refused(f"must be a whole number from {INT_MIN} to {INT_MAX}")
+
+
+def decode_json(text: str, *, whole: str, malformed: type[BrokerError] = InvalidInput) -> Any:
+    """The JSON value of `text`, or a BrokerError naming what is wrong and where.
+
+    `whole` names the document itself (`frame`, `body`); text that is not JSON, or
+    nested deeper than MAX_DEPTH, is refused as `malformed` naming it. A bad value is
+    refused as InvalidInput naming its path.
+    """
+    if nesting_depth(text) > MAX_DEPTH:
+        raise malformed(f"JSON nested deeper than {MAX_DEPTH} levels", field=whole)
+    try:
+        value = json.loads(text, parse_constant=_non_finite, parse_float=_float, parse_int=_int)
+    except ValueError as error:
+        raise malformed(f"not JSON: {error}", field=whole) from None
+    check_value(value, "")
+    return value
+
+
+def nesting_depth(text: str) -> int:
+    """How deeply the arrays and objects of JSON `text` nest, found without recursion
+    and stopping as soon as it exceeds MAX_DEPTH (brackets inside strings do not count)."""
+    depth = deepest = 0
+    for bracket in _BRACKET.findall(_STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            break
+    return deepest
+
+
+def _non_finite(_constant: str) -> _Refused:
+    return _NON_FINITE
+
+
+def _float(literal: str) -> float | _Refused:
+    number = float(literal)
+    return number if math.isfinite(number) else _NON_FINITE
+
+
+def _int(literal: str) -> int | _Refused:
+    # Checked on the digits first: converting a very long literal is slow (and refused).
+    if len(literal.lstrip("-")) > 19:
+        return _OUT_OF_RANGE
+    number = int(literal)
+    return number if INT_MIN <= number <= INT_MAX else _OUT_OF_RANGE
+
+
+def check_value(value: Any, path: str) -> None:
+    """Refuse, naming its path, any part of a decoded value that cannot be stored."""
+    if isinstance(value, str):
+        check_text(value, path)
+    elif isinstance(value, _Refused):
+        raise InvalidInput(f"{path or 'the value'} {value.reason}", field=path or None)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_text(key, _joined(path, printable_text(key)))
+            check_value(item, _joined(path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_value(item, f"{path}[{index}]")
+
+
+def check_text(text: str, path: str) -> None:
+    """Refuse text holding NUL or a lone surrogate, naming `path`."""
+    if "\x00" in text:
+        raise InvalidInput(f"{path or 'the text'} may not contain \\u0000", field=path or None)
+    if not is_unicode(text):
+        raise InvalidInput(
+            f"{path or 'the text'} holds a lone surrogate, which is not text", field=path or None
+        )
+
+
+def is_unicode(text: str) -> bool:
+    """Whether `text` is valid Unicode (no lone surrogates), so it can be encoded."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def printable_text(text: str, limit: int | None = None) -> str:
+    """`text` as any UTF-8 reader and PostgreSQL accept it: NUL and lone surrogates
+    spelled out as JSON escapes, cut to `limit` characters."""
+    if "\x00" in text or not is_unicode(text):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\u0000")
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _joined(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
