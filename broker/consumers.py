@@ -122,8 +122,12 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if self.client is not None:
             raise BrokerError("this connection is already logged in", field="type")
         token = request.require("token", str, "a client token")
-        after = request.optional("after_position", int, "the last position received", None)
-        legacy_after = request.optional("after", int, "the last delivery id received", None)
+        after = request.optional(
+            "after_position", int, "a whole number, the last position received", None
+        )
+        legacy_after = request.optional(
+            "after", int, "a whole number, the last delivery id received", None
+        )
         if after is not None and after < 0:
             raise InvalidInput("after_position must be 0 or more", field="after_position")
         peer = "{}:{}".format(*(self.scope.get("client") or ("?", "?")))
@@ -228,7 +232,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
         return {"type": "ok"}
 
     async def on_received(self, request: Request) -> dict:
-        position = request.require("position", int, "the last position the agent has")
+        position = request.require(
+            "position", int, "a whole number, the last position the agent has"
+        )
         stream = await in_thread(agents.confirm)(
             client=self.client, position=position, actor=self.actor
         )
@@ -258,7 +264,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
         return True
 
     async def on_resend(self, request: Request) -> None:
-        after = request.require("after_position", int, "the last position the agent has")
+        after = request.require(
+            "after_position", int, "a whole number, the last position the agent has"
+        )
         if after < 0:
             raise InvalidInput("after_position must be 0 or more", field="after_position")
         await self._replay(after, request.ref)
