@@ -313,18 +313,22 @@ class Agent:
         outcome = await _outcome(handler, notification)
         if outcome is None:  # a handler that returns nothing leaves it unanswered
             return
-        status, result = outcome
-        try:
-            await self.ack(notification.delivery, status, result)
-        except TRANSIENT_ERRORS:
-            # Answered by the application: say so once connected again (an ack
-            # repeated with the same answer is harmless).
-            self._unsent_acks[notification.delivery] = (status, result)
-            raise
+        # Kept until the server has it: answered by the application, it is sent again
+        # after a reconnection (an ack repeated with the same answer is harmless).
+        self._unsent_acks[notification.delivery] = outcome
+        await self._send_unsent_acks()
 
     async def _send_unsent_acks(self) -> None:
+        """Send the application's answers the server does not have yet; a lost
+        connection or a server failure leaves them for the next attempt."""
         for delivery, (status, result) in list(self._unsent_acks.items()):
-            await self.ack(delivery, status, result)
+            try:
+                await self.ack(delivery, status, result)
+            except AgentError as error:
+                if error.code == "internal":
+                    raise
+                # Refused for good (say answered otherwise before): retrying won't help.
+                print(f"[agent] ack of delivery {delivery} refused: {error}", file=sys.stderr)
             del self._unsent_acks[delivery]
 
     # Reading ------------------------------------------------------------------------

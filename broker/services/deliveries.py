@@ -88,19 +88,29 @@ def confirm_receipt(*, client: Client, position: Any, actor: Actor) -> ReceiverS
     with audit.refusals_recorded(actor=actor, action="delivery.confirm", target=target):
         if isinstance(position, bool) or not isinstance(position, int) or position < 0:
             raise InvalidInput("position must be a whole number, 0 or more", field="position")
+        # Idle agents confirm what they confirmed before (it is their heartbeat): one
+        # read, no lock, for those.
+        stream = _stream(client, position, lock=False)
+        if position <= stream.confirmed_position:
+            return stream
         with transaction.atomic():
-            stream = ReceiverStream.objects.select_for_update().filter(client=client).first()
-            stream = stream or ReceiverStream(client=client)
-            if position > stream.last_position:
-                raise InvalidInput(
-                    f"position {position} is beyond this client's last delivery "
-                    f"({stream.last_position})",
-                    field="position",
-                )
+            stream = _stream(client, position, lock=True)
             if position > stream.confirmed_position:
                 _mark_received(client, stream.confirmed_position, position)
                 stream.confirmed_position = position
                 stream.save(update_fields=["confirmed_position"])
+    return stream
+
+
+def _stream(client: Client, position: int, *, lock: bool) -> ReceiverStream:
+    """The client's stream, refusing a position beyond its end."""
+    rows = ReceiverStream.objects.filter(client=client)
+    stream = (rows.select_for_update() if lock else rows).first() or ReceiverStream(client=client)
+    if position > stream.last_position:
+        raise InvalidInput(
+            f"position {position} is beyond this client's last delivery ({stream.last_position})",
+            field="position",
+        )
     return stream
 
 

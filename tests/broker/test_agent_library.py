@@ -46,8 +46,8 @@ class FakeServer:
         self.frames.append(frame)
         if frame["type"] == "received":
             await send(socket, {"type": "ok", "ref": frame["ref"], "last_position": 0})
-        elif frame["type"] == "resend":
-            handler = getattr(self, "on_resend", None)
+        elif frame["type"] in ("resend", "ack"):
+            handler = getattr(self, f"on_{frame['type']}", None)
             if handler is not None:
                 await handler(socket, frame)
 
@@ -92,13 +92,21 @@ def push(*positions: int) -> Script:
     return script
 
 
-async def received_by_application(server: FakeServer, count: int) -> list[Notification]:
-    """Run an agent against `server` until the application has `count` notifications."""
+async def received_by_application(
+    server: FakeServer, count: int, answer=None
+) -> list[Notification]:
+    """Run an agent against `server` until the application has `count` notifications
+    (answering each with `answer`, if given)."""
     taken: list[Notification] = []
+
+    def handler(notification: Notification):
+        taken.append(notification)
+        return answer
+
     async with serve(server.handle, "127.0.0.1", 0) as listening:
         port = listening.sockets[0].getsockname()[1]
         agent = Agent(f"ws://127.0.0.1:{port}/", "snt_test")
-        running = asyncio.create_task(agent.run(lambda n: taken.append(n)))
+        running = asyncio.create_task(agent.run(handler))
         while len(taken) < count:
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.3)  # anything more would arrive now
@@ -176,3 +184,39 @@ def test_the_agent_confirms_what_it_has():
     run(received_by_application(server, 3))
     confirmed = [f["position"] for f in server.frames if f["type"] == "received"]
     assert confirmed and confirmed[-1] == 3
+
+
+def test_an_answer_the_server_failed_to_record_is_sent_again_after_reconnecting():
+    server = FakeServer(push(1), push())
+    acks: list[tuple[int, str]] = []
+
+    async def on_ack(socket, frame) -> None:
+        acks.append((frame["delivery"], frame["status"]))
+        if len(acks) == 1:  # the database was down: the server says it failed
+            error = {"type": "error", "ref": frame["ref"], "code": "internal"}
+            await send(socket, {**error, "message": "the server failed", "field": None})
+        else:
+            await send(socket, {"type": "ok", "ref": frame["ref"]})
+
+    server.on_ack = on_ack
+
+    async def flow():
+        taken = await received_by_application(server, 1, answer=("ok", {"exit_code": 0}))
+        while len(acks) < 2:
+            await asyncio.sleep(0.02)
+        return taken
+
+    run(flow())
+    assert acks == [(1001, "ok"), (1001, "ok")] and len(server.logins) == 2
+
+
+def test_an_answer_refused_for_good_does_not_stop_the_agent():
+    server = FakeServer(push(1, 2))
+
+    async def on_ack(socket, frame) -> None:
+        error = {"type": "error", "ref": frame["ref"], "code": "invalid", "field": "delivery"}
+        await send(socket, {**error, "message": "already answered"})
+
+    server.on_ack = on_ack
+    taken = run(received_by_application(server, 2, answer=("ok", None)))
+    assert [n.position for n in taken] == [1, 2] and len(server.logins) == 1
