@@ -253,23 +253,26 @@ class Supervisor:
         say(f"{name} restarted, restart {watched.backoff.restarts}")
 
     def stop_all(self) -> None:
-        """SIGTERM every running child (newest first), then SIGKILL those that linger.
-        A child waiting for its restart is not started again."""
+        """SIGTERM every running child (newest first), then SIGKILL what lingers of its
+        process group. A child waiting for its restart is not started again."""
         running = [child for child in reversed(self.children) if child.alive()]
         for child in reversed(self.children):
-            # A dead child's group may still hold its orphans: they get no grace.
-            signum = signal.SIGTERM if child in running else signal.SIGKILL
+            # Only the child itself is asked: a Celery worker then stops its pool after
+            # the running tasks (its pool, signalled directly, would die mid-task). A
+            # dead child's group may still hold its orphans: they get no grace.
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.process.pid, signum)
+                if child in running:
+                    os.kill(child.process.pid, signal.SIGTERM)
+                else:
+                    os.killpg(child.process.pid, signal.SIGKILL)
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for child in running:
             remaining = max(0.1, deadline - time.monotonic())
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 child.process.wait(timeout=remaining)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.process.pid, signal.SIGKILL)
-                child.process.wait()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.process.pid, signal.SIGKILL)
+            child.process.wait()
 
 
 def _pump(name: str, process: subprocess.Popen) -> None:
