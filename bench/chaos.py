@@ -248,18 +248,22 @@ def expected_pairs(published: Published) -> set[tuple[str, str]]:
     }
 
 
-def received_by_agents(stats_dir: str) -> list[tuple]:
-    found = []
+def received_by_agents(stats_dir: str) -> tuple[list[tuple], int]:
+    """What the agents' applications received, and how many repeats the agents'
+    library dropped before them."""
+    found, dropped = [], 0
     for path in Path(stats_dir).glob("fleet-stats-*.json"):
-        found.extend(tuple(item) for item in json.loads(path.read_text())["received"])
-    return found
+        stats = json.loads(path.read_text())
+        found.extend(tuple(item) for item in stats["received"])
+        dropped += stats["repeats_dropped"]
+    return found, dropped
 
 
 def out_of_order(received: list[tuple]) -> int:
     """Notifications that came after a later one of the same agent and channel."""
     last: dict[tuple[str, int, str], int] = {}
     late = 0
-    for host, _event, sender, channel, sequence, _position in received:
+    for host, _event, sender, channel, sequence, _position, _replay in received:
         key = (host, sender, channel)
         if sequence <= last.get(key, 0):
             late += 1
@@ -267,7 +271,8 @@ def out_of_order(received: list[tuple]) -> int:
     return late
 
 
-def report(published: Published, expected: set, received: list, recorded: int) -> dict:
+def report(published: Published, expected: set, agents: tuple, recorded: int) -> dict:
+    received, dropped = agents
     got = Counter((host, event) for host, event, *_ in received)
     figures = {
         "accepted": len(published.events),
@@ -279,9 +284,12 @@ def report(published: Published, expected: set, received: list, recorded: int) -
         "out of order": out_of_order(received),
         "unexpected": len(set(got) - expected),
         "publish retries": published.retries,
+        # How much of it the faults made the delivery contract repair:
+        "received by a replay": sum(1 for item in received if item[-1]),
+        "repeats dropped by agents": dropped,
     }
     for name, value in figures.items():
-        print(f"{name:>24}: {value:,}")
+        print(f"{name:>25}: {value:,}")
     return figures
 
 
@@ -292,10 +300,10 @@ def rates(published: Published, settle_s: float, expected: int) -> None:
     calm_events = int(len(published.events) / (len(FAULTS) + 1))
     calm_rate = calm_events / max(first_fault - published.started, 1e-9)
     chaos_rate = (len(published.events) - calm_events) / max(published.finished - first_fault, 1e-9)
-    print(f"{'publish rate, calm':>24}: {calm_rate:,.0f} events/s")
-    print(f"{'publish rate, faults':>24}: {chaos_rate:,.0f} events/s "
+    print(f"{'publish rate, calm':>25}: {calm_rate:,.0f} events/s")
+    print(f"{'publish rate, faults':>25}: {chaos_rate:,.0f} events/s "
           f"(x{chaos_rate / calm_rate:.2f} of calm)")  # fmt: skip
-    print(f"{'settled after':>24}: {settle_s:.1f} s after the last publish "
+    print(f"{'settled after':>25}: {settle_s:.1f} s after the last publish "
           f"({expected:,} deliveries confirmed by the agents)")  # fmt: skip
 
 

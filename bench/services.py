@@ -15,8 +15,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def start_process(argv: list[str], env: dict[str, str], **options) -> subprocess.Popen:
     """A process of the stack under test, in its own session (so that the bench can
-    signal it with its children)."""
-    return subprocess.Popen(argv, env=env, cwd=ROOT, start_new_session=True, **options)
+    signal it with its children), which dies with the bench however the bench ends."""
+    from launcher.supervisor import die_with_parent
+
+    return subprocess.Popen(
+        argv, env=env, cwd=ROOT, start_new_session=True, preexec_fn=die_with_parent, **options
+    )
 
 
 def provide_services(env: dict[str, str]) -> list:

@@ -41,6 +41,7 @@ GAP_WAIT_S = 1.0
 # How often an idle session confirms (which is also its heartbeat), unless the server's
 # welcome asks for more often.
 HEARTBEAT_MAX_S = 30.0
+CLOSE_CONFIRM_TIMEOUT_S = 2.0
 
 
 class AgentError(Exception):
@@ -204,7 +205,9 @@ class Agent:
             if task is not None:
                 task.cancel()
         if self.connected and (self.position or 0) > self._confirmed:
-            await self._confirm()  # so that the server's record is current
+            # So that the server's record is current; but closing must not hang on it.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._confirm(), CLOSE_CONFIRM_TIMEOUT_S)
         await self._end_session()
 
     async def _end_session(self) -> None:

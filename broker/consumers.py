@@ -238,6 +238,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
         stream = await in_thread(agents.confirm)(
             client=self.client, position=position, actor=self.actor
         )
+        # Joined again at every confirmation (the agent's heartbeat): a Redis that
+        # restarted has forgotten the group, and live pushes resume with this.
+        await self.channel_layer.group_add(client_group(self.client.id), self.channel_name)
         if self._stalled_long(stream.confirmed_position, stream.last_position):
             # An agent that confirms but does not ask again for what it lacks (or whose
             # request was lost) is sent it anyway.

@@ -77,7 +77,7 @@ class SimulatedServer:
         content = notification.content
         self.received.append(
             (self.hostname, notification.event, notification.sender, notification.channel,
-             notification.sequence, notification.position)
+             notification.sequence, notification.position, notification.replay)
         )  # fmt: skip
         if content.get("kind") == "probe":
             return None
@@ -153,13 +153,27 @@ async def _start_later(server: SimulatedServer, delay_s: float) -> None:
             backoff = min(backoff * 2, 10.0)
 
 
+def _once(action):
+    done = []
+
+    def run_once() -> None:
+        if not done:
+            done.append(True)
+            action()
+
+    return run_once
+
+
 def main(argv: list[str]) -> int:
     with open(argv[0]) as file:
         spec = json.load(file)
     loop = asyncio.new_event_loop()
     fleet = loop.create_task(run_fleet(spec))
-    loop.add_signal_handler(signal.SIGTERM, fleet.cancel)
-    loop.add_signal_handler(signal.SIGINT, fleet.cancel)
+    # Once: a second signal (the group's, then the simulator's forward) must not cut
+    # short the clean-up that the first one started.
+    stop = _once(fleet.cancel)
+    loop.add_signal_handler(signal.SIGTERM, stop)
+    loop.add_signal_handler(signal.SIGINT, stop)
     try:
         servers = loop.run_until_complete(fleet)
     except asyncio.CancelledError:  # stopped before every agent had started
@@ -170,6 +184,7 @@ def main(argv: list[str]) -> int:
                 {
                     "latencies": [pair for s in servers for pair in s.latencies_ms],
                     "received": [item for s in servers for item in s.received],
+                    "repeats_dropped": sum(s.agent.duplicates for s in servers if s.agent),
                 },
                 file,
             )
