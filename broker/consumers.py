@@ -24,7 +24,12 @@ from broker.audit import Actor
 from broker.errors import AuthenticationFailed, BrokerError, InvalidInput
 from broker.notify import client_group
 from broker.protocol import Request
-from broker.selectors import deliveries_to_replay, position_after_delivery, stream_of
+from broker.selectors import (
+    deliveries_to_replay,
+    position_after_delivery,
+    stream_of,
+    token_is_live,
+)
 from broker.services import agents
 
 # Database work runs in a thread pool: Channels' default (one thread for every
@@ -133,6 +138,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         peer = "{}:{}".format(*(self.scope.get("client") or ("?", "?")))
         self.client = await in_thread(agents.authenticate_agent)(token=token, peer=peer)
         self.actor = Actor("client", self.client.name)
+        self.token = token
         try:
             await self._start_session(request.ref, after, legacy_after)
         except Exception:
@@ -231,10 +237,15 @@ class AgentConsumer(AsyncWebsocketConsumer):
         )
         return {"type": "ok"}
 
-    async def on_received(self, request: Request) -> dict:
+    async def on_received(self, request: Request) -> dict | None:
         position = request.require(
             "position", int, "a whole number, the last position the agent has"
         )
+        # The confirmation is also the heartbeat: the token is checked again, so that a
+        # revocation whose notice was lost (Redis down) still ends the session.
+        if not await in_thread(token_is_live)(self.token):
+            await self.session_revoked({})
+            return None
         stream = await in_thread(agents.confirm)(
             client=self.client, position=position, actor=self.actor
         )

@@ -188,3 +188,13 @@ def _vocabulary_stamp() -> tuple:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {', '.join(parts)}, {clients}")
         return cursor.fetchone()
+
+
+def token_is_live(token: str) -> bool:
+    """Whether `token` still lets its client in (not revoked, client active)."""
+    from broker.credentials import key_digest
+    from broker.models import ClientToken
+
+    return ClientToken.objects.filter(
+        key_hash=key_digest(token), revoked_at__isnull=True, client__is_active=True
+    ).exists()

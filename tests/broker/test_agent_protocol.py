@@ -436,6 +436,28 @@ def test_revoking_the_tokens_ends_the_live_session(asgi_server, cast):
     assert run(flow()).code == 4403
 
 
+def test_a_revocation_whose_notice_was_lost_ends_the_session_at_the_next_heartbeat(
+    asgi_server, cast
+):
+    url = agent_url(asgi_server)
+
+    async def flow():
+        async with Agent(url, cast["server"]) as server:
+            # Revoked as when Redis was down at that moment: no notice reaches the socket.
+            await in_thread(_revoke_silently)(cast["server_client"])
+            with pytest.raises(SessionEnded) as ended:
+                await next_notification(server)
+            return ended.value
+
+    assert run(flow()).code == 4403
+
+
+def _revoke_silently(client) -> None:
+    from django.utils import timezone
+
+    client.tokens.update(revoked_at=timezone.now())
+
+
 def test_a_consumer_receives_only_its_own_clients_deliveries(asgi_server, cast):
     url = agent_url(asgi_server)
     apache = next(s for s in cast["scenario"].servers if s.name == "web-00001")
