@@ -1,6 +1,7 @@
 """A real Chromium logs in and watches the health page turn green through htmx."""
 
 import os
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
@@ -8,6 +9,8 @@ from playwright.sync_api import expect, sync_playwright
 from tests.cast import OPERATOR
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+# Screenshots to look at after a run (var/ is not committed).
+ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "artifacts"
 CHROMIUM_FLAGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -53,6 +56,8 @@ def test_operator_logs_in_and_sees_every_health_check_turn_green(
     rows = page.locator("table.checks tbody tr.ok")
     expect(rows).to_have_count(4)
     expect(page.locator("tr[data-check='celery worker']")).to_contain_text("OK")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=ARTIFACTS / "health-page.png", full_page=True)
 
 
 def test_the_footer_clock_ticks_over_the_websocket(asgi_server, operator, page):
