@@ -93,10 +93,10 @@ def push(*positions: int) -> Script:
 
 
 async def received_by_application(
-    server: FakeServer, count: int, answer=None
+    server: FakeServer, count: int, answer=None, until=lambda: True
 ) -> list[Notification]:
     """Run an agent against `server` until the application has `count` notifications
-    (answering each with `answer`, if given)."""
+    (answering each with `answer`, if given) and `until()` holds."""
     taken: list[Notification] = []
 
     def handler(notification: Notification):
@@ -107,7 +107,7 @@ async def received_by_application(
         port = listening.sockets[0].getsockname()[1]
         agent = Agent(f"ws://127.0.0.1:{port}/", "snt_test")
         running = asyncio.create_task(agent.run(handler))
-        while len(taken) < count:
+        while len(taken) < count or not until():
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.3)  # anything more would arrive now
         running.cancel()
@@ -200,13 +200,8 @@ def test_an_answer_the_server_failed_to_record_is_sent_again_after_reconnecting(
 
     server.on_ack = on_ack
 
-    async def flow():
-        taken = await received_by_application(server, 1, answer=("ok", {"exit_code": 0}))
-        while len(acks) < 2:
-            await asyncio.sleep(0.02)
-        return taken
-
-    run(flow())
+    answer = ("ok", {"exit_code": 0})
+    run(received_by_application(server, 1, answer=answer, until=lambda: len(acks) >= 2))
     assert acks == [(1001, "ok"), (1001, "ok")] and len(server.logins) == 2
 
 
