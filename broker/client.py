@@ -445,7 +445,11 @@ class Agent:
 async def _next_unless_ended(queue: asyncio.Queue, ended: asyncio.Future) -> Any:
     """The queue's next item, or None once `ended` is done with the queue empty."""
     getter = asyncio.ensure_future(queue.get())
-    await asyncio.wait({getter, ended}, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        await asyncio.wait({getter, ended}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        getter.cancel()  # the caller was cancelled: leave no task behind
+        raise
     if not getter.done():
         getter.cancel()
     with contextlib.suppress(asyncio.CancelledError):

@@ -153,6 +153,16 @@ async def _start_later(server: SimulatedServer, delay_s: float) -> None:
             backoff = min(backoff * 2, 10.0)
 
 
+def _finish_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel and wait for what is left (background updates, timers), so that the
+    loop closes without tasks destroyed while pending."""
+    left = asyncio.all_tasks(loop)
+    for task in left:
+        task.cancel()
+    if left:
+        loop.run_until_complete(asyncio.wait(left))
+
+
 def _once(action):
     done = []
 
@@ -178,6 +188,7 @@ def main(argv: list[str]) -> int:
         servers = loop.run_until_complete(fleet)
     except asyncio.CancelledError:  # stopped before every agent had started
         servers = []
+    _finish_tasks(loop)
     if spec.get("stats"):
         with open(spec["stats"], "w") as file:
             json.dump(

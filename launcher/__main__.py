@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 from console.env import ConfigurationError, env_int
@@ -85,6 +88,7 @@ def start_console(
     port: int,
     queues: str,
     data_dir: Path,
+    verbose: bool = False,
 ) -> socket.socket:
     """The web server, a worker serving the whole dispatcher tree, and the beat.
     Returns the web processes' listening socket, which the caller keeps open."""
@@ -94,6 +98,9 @@ def start_console(
     # launcher keeps its copy open (never accepting) to hand it to a restarted process.
     listener = listening_socket(host, port)
     daphne = [str(python_bin / "daphne"), "--fd", str(listener.fileno())]
+    # Quiet unless asked: an access line per request and a line per Celery task would
+    # scroll everything else away (about 1,000 lines a minute with the demo's fleet).
+    daphne += [] if verbose else ["-v", "0"]
     daphne.append("console.asgi:application")
     processes = env_int("WEB_PROCESSES", 2, minimum=1)
     for index in range(processes):
@@ -102,7 +109,8 @@ def start_console(
     supervisor.start(
         "worker",
         [
-            str(python_bin / "celery"), "-A", "console", "worker", "--loglevel", "INFO",
+            str(python_bin / "celery"), "-A", "console", *([] if verbose else ["--quiet"]),
+            "worker", "--loglevel", "INFO" if verbose else "WARNING",
             "--concurrency", env.get("WORKER_CONCURRENCY", "2"), "--without-gossip",
             "--without-mingle", "--hostname", "console@%h", "--queues", queues,
         ],
@@ -111,7 +119,8 @@ def start_console(
     supervisor.start(
         "beat",
         [
-            str(python_bin / "celery"), "-A", "console", "beat", "--loglevel", "WARNING",
+            str(python_bin / "celery"), "-A", "console", *([] if verbose else ["--quiet"]),
+            "beat", "--loglevel", "WARNING",
             "--schedule", str(data_dir / "celerybeat-schedule"),
         ],
         env,
@@ -130,14 +139,43 @@ def start_fleet(supervisor: Supervisor, env: dict[str, str], *, host: str, port:
     supervisor.start("fleet", argv, env)
 
 
-def prepare_console(env: dict[str, str]) -> str:
+def prepare_console(env: dict[str, str]) -> tuple[str, str]:
     """Migrate, collect static files, make sure of an admin and the scenario; return
-    the queues a worker must serve."""
+    the queues a worker must serve and what to tell about the admin's login."""
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "collectstatic", "--noinput", "-v", "0")
-    manage(env, "ensure_admin")
+    admin = manage(env, "ensure_admin", capture=True)
     manage(env, "load_scenario")
-    return "celery," + manage(env, "dispatcher_queues", capture=True)
+    return "celery," + manage(env, "dispatcher_queues", capture=True), admin
+
+
+SERVING_TIMEOUT_S = 90.0
+
+
+def wait_until_serving(host: str, port: int) -> None:
+    """Until the health check passes (web, worker and channel layer all answer), or a
+    while; the console is announced either way."""
+    connect_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host.strip("[]")
+    url = f"http://{connect_host}:{port}/healthz.json"
+    deadline = time.monotonic() + SERVING_TIMEOUT_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=10) as reply:
+            if reply.status == 200:
+                return
+        time.sleep(0.5)
+
+
+ENVIRONMENT_FILE = "environment"
+SHARED_VARIABLES = ("SECRET_KEY", "DATABASE_URL", "REDIS_URL")
+
+
+def write_environment(data_dir: Path, env: dict[str, str]) -> Path:
+    """Leave the running console's settings where manage.py finds them, so that
+    management commands work beside it with nothing to copy by hand."""
+    path = data_dir / ENVIRONMENT_FILE
+    path.write_text("".join(f"{name}={env[name]}\n" for name in SHARED_VARIABLES))
+    path.chmod(0o600)  # it holds the secret key
+    return path
 
 
 def command_run(args: argparse.Namespace) -> int:
@@ -146,18 +184,29 @@ def command_run(args: argparse.Namespace) -> int:
     data_dir = args.data_dir
     env = dict(os.environ)
     env.setdefault("SECRET_KEY", persistent_secret_key(data_dir))
+    if not args.verbose:
+        env.setdefault("LOG_LEVEL", "WARNING")
+    # The children's lines reach the launcher as they are written, not when a buffer
+    # fills (Daphne's access log does not flush), nor never if a child is killed.
+    env.setdefault("PYTHONUNBUFFERED", "1")
     services = Services(data_dir)
     supervisor = Supervisor()
     supervisor.install_signal_handlers()
     listener = None
     try:
         services.provide(env)
-        queues = prepare_console(env)
+        queues, admin = prepare_console(env)
         listener = start_console(
-            supervisor, env, host=args.host, port=args.port, queues=queues, data_dir=data_dir
-        )
+            supervisor, env, host=args.host, port=args.port, queues=queues,
+            data_dir=data_dir, verbose=args.verbose,
+        )  # fmt: skip
         start_fleet(supervisor, env, host=args.host, port=args.port, agents=args.fleet)
         services.watch_with(supervisor)
+        environment = write_environment(data_dir, env)
+        # Said last, once the processes' start-up lines are out, so that it stays in view.
+        wait_until_serving(args.host, args.port)
+        say(f"management commands beside it: .venv/bin/python manage.py ... (reads {environment})")
+        say(admin)
         say(f"console at http://{args.host}:{args.port}/  (Ctrl-C stops everything)")
         supervisor.wait()
         return 0
@@ -218,6 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the console with the demo")
     run.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    run.add_argument(
+        "--verbose", action="store_true", help="log every request and task (quiet otherwise)"
+    )
     run.add_argument("--port", type=int, default=env_int("PORT", 8000, minimum=1))
     run.add_argument(
         "--fleet",

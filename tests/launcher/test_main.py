@@ -177,7 +177,8 @@ def console_run(tmp_path_factory):
     env = dict(os.environ, DATABASE_URL=postgres.url("console"), REDIS_URL=redis_server.url())
     env.update(STATIC_ROOT=str(folder / "static"), WEB_PROCESSES="2", WORKER_CONCURRENCY="1")
     env.pop("CELERY_BROKER_URL", None)
-    args = ["--fleet", "0", "--host", "127.0.0.1", "--port", str(port)]
+    # Verbose: the tests read the web processes' access lines.
+    args = ["--fleet", "0", "--verbose", "--host", "127.0.0.1", "--port", str(port)]
     output = launcher("run", *args, "--data-dir", str(folder / "data"), env=env)
     try:
         output.wait_for(r"^\[launcher\] console at http", timeout_s=LAUNCHER_START_TIMEOUT_S)
