@@ -23,7 +23,6 @@ while the faults happened.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import secrets
 import signal
@@ -40,8 +39,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.services import (  # noqa: E402
+    fleet_stats,
     fresh_database,
     provide_services,
+    start_fleet,
     start_process,
     wait_for_tree_idle,
     worker_argv,
@@ -131,24 +132,6 @@ class Stack:
         timer = threading.Timer(OUTAGE_S, action)
         timer.daemon = True
         timer.start()
-
-
-def start_fleet(stack: Stack, agents: int, stats_dir: str) -> None:
-    """The simulator's agents, logged in and advertised."""
-    argv = [
-        sys.executable, str(ROOT / "manage.py"), "simulate_fleet", "--agents", str(agents),
-        "--processes", "2", "--url", f"ws://127.0.0.1:{PORT}/ws/agent/v1/",
-        "--load-interval", "3600", "--stats-dir", stats_dir,
-    ]  # fmt: skip
-    output = {"stdout": subprocess.PIPE, "stderr": stack.log, "text": True}
-    stack.fleet = start_process(argv, stack.env, **output)
-    ready = 0
-    while ready < agents:
-        line = stack.fleet.stdout.readline()
-        if not line:
-            raise RuntimeError("the fleet simulator stopped before its agents were ready")
-        if line.startswith("{"):
-            ready += json.loads(line)["ready"]
 
 
 @dataclass
@@ -252,8 +235,7 @@ def received_by_agents(stats_dir: str) -> tuple[list[tuple], int]:
     """What the agents' applications received, and how many repeats the agents'
     library dropped before them."""
     found, dropped = [], 0
-    for path in Path(stats_dir).glob("fleet-stats-*.json"):
-        stats = json.loads(path.read_text())
+    for stats in fleet_stats(stats_dir):
         found.extend(tuple(item) for item in stats["received"])
         dropped += stats["repeats_dropped"]
     return found, dropped
@@ -322,7 +304,10 @@ def one_run(args, env: dict[str, str], servers: dict, run_index: int) -> dict:
     try:
         stack.start_console(args.web, args.workers)
         wait_for_tree_idle(timeout_s=120)
-        start_fleet(stack, args.agents, stats_dir)
+        stack.fleet = start_fleet(
+            env, port=PORT, agents=args.agents, processes=2, load_interval_s=3600,
+            stats_dir=stats_dir, stderr=log,
+        )  # fmt: skip
         wait_for_tree_idle(timeout_s=120)
         published = publish_stream(stack, args, run_index)
         expected = expected_pairs(published)

@@ -20,7 +20,6 @@ ratio of the two.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import secrets
 import statistics
@@ -34,8 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.services import (  # noqa: E402
+    fleet_stats,
     fresh_database,
     provide_services,
+    start_fleet,
     start_process,
     wait_for_tree_idle,
     worker_argv,
@@ -60,26 +61,6 @@ def start_console(env: dict[str, str], workers: int, web: int) -> list[subproces
     for index in range(workers):
         processes.append(start_process(worker_argv(f"fleet{index}"), env, **quiet))
     return processes
-
-
-def start_fleet(env, agents: int, processes: int, stats_dir: str) -> tuple[subprocess.Popen, float]:
-    """The simulator; returns it and the seconds until every agent had logged in and
-    advertised its model."""
-    argv = [
-        sys.executable, str(ROOT / "manage.py"), "simulate_fleet", "--agents", str(agents),
-        "--processes", str(processes), "--url", f"ws://127.0.0.1:{PORT}/ws/agent/v1/",
-        "--load-interval", "60", "--stats-dir", stats_dir,
-    ]  # fmt: skip
-    started = time.monotonic()
-    fleet = start_process(argv, env, stdout=subprocess.PIPE, text=True)
-    ready = 0
-    while ready < agents:
-        line = fleet.stdout.readline()
-        if not line:
-            raise RuntimeError("the fleet simulator stopped before its agents were ready")
-        if line.startswith("{"):
-            ready += json.loads(line)["ready"]
-    return fleet, time.monotonic() - started
 
 
 def wait_for_answers(event, expected: int) -> None:
@@ -139,8 +120,8 @@ def push_baseline(rounds: int, client_ids: list[int]) -> None:
 
 def latencies(stats_dir: str) -> dict[str, list[float]]:
     found: dict[str, list[float]] = {}
-    for path in Path(stats_dir).glob("fleet-stats-*.json"):
-        for label, ms in json.loads(path.read_text())["latencies"]:
+    for stats in fleet_stats(stats_dir):
+        for label, ms in stats["latencies"]:
             found.setdefault(label, []).append(ms)
     return found
 
@@ -178,7 +159,12 @@ def run(args, env: dict[str, str]) -> None:
     fleet = None
     try:
         wait_for_tree_idle(timeout_s=300)
-        fleet, connect_s = start_fleet(env, args.agents, args.processes, stats_dir)
+        started = time.monotonic()
+        fleet = start_fleet(
+            env, port=PORT, agents=args.agents, processes=args.processes,
+            load_interval_s=60, stats_dir=stats_dir,
+        )  # fmt: skip
+        connect_s = time.monotonic() - started
         print(f"{'connect':>34}: {args.agents} agents logged in and advertised in {connect_s:.1f} s"
               f" ({args.agents / connect_s:.0f} per second)", flush=True)  # fmt: skip
         wait_for_tree_idle(timeout_s=300)

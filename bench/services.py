@@ -3,6 +3,7 @@ Celery workers for the whole tree, and waiting for the tree to go quiet."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -21,6 +22,49 @@ def start_process(argv: list[str], env: dict[str, str], **options) -> subprocess
     return subprocess.Popen(
         argv, env=env, cwd=ROOT, start_new_session=True, preexec_fn=die_with_parent, **options
     )
+
+
+def start_fleet(
+    env: dict[str, str],
+    *,
+    port: int,
+    agents: int,
+    processes: int,
+    load_interval_s: float,
+    stats_dir: str,
+    **output,
+) -> subprocess.Popen:
+    """The fleet simulator's agents against the console on `port`, returned once every
+    agent has logged in and advertised its model (each process says so in a JSON line)."""
+    argv = [
+        sys.executable,
+        str(ROOT / "manage.py"),
+        "simulate_fleet",
+        "--agents",
+        str(agents),
+        "--processes",
+        str(processes),
+        "--url",
+        f"ws://127.0.0.1:{port}/ws/agent/v1/",
+        "--load-interval",
+        str(load_interval_s),
+        "--stats-dir",
+        stats_dir,
+    ]
+    fleet = start_process(argv, env, stdout=subprocess.PIPE, text=True, **output)
+    ready = 0
+    while ready < agents:
+        line = fleet.stdout.readline()
+        if not line:
+            raise RuntimeError("the fleet simulator stopped before its agents were ready")
+        if line.startswith("{"):
+            ready += json.loads(line)["ready"]
+    return fleet
+
+
+def fleet_stats(stats_dir: str) -> list[dict]:
+    """What each fleet process wrote when it stopped (broker/fleet.py)."""
+    return [json.loads(p.read_text()) for p in Path(stats_dir).glob("fleet-stats-*.json")]
 
 
 def provide_services(env: dict[str, str]) -> list:

@@ -296,19 +296,14 @@ class Agent:
                 delay = RECONNECT_FIRST_S
                 async for notification in self.notifications():
                     await self._handle(handler, notification)
-            except TRANSIENT_ERRORS as error:
-                if not reconnect:
+            except (*TRANSIENT_ERRORS, AgentError) as error:
+                # A refusal that is not final (say the server could not reach its
+                # database) is tried again like a lost connection.
+                final = isinstance(error, AgentError) and error.code == "authentication_failed"
+                if final or not reconnect:
                     raise
                 await self._end_session()
                 print(f"[agent] connection lost ({error}); again in {delay:.1f} s", file=sys.stderr)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RECONNECT_MAX_S)
-            except AgentError as error:
-                # A refused login that is not final (say the server could not reach
-                # its database): try again like a lost connection.
-                if not reconnect or error.code == "authentication_failed":
-                    raise
-                await self._end_session()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX_S)
 
@@ -391,11 +386,9 @@ class Agent:
         """The server replayed everything up to `through` that is still live: any
         position up to it that did not come is gone (its event expired, or, on a
         login without a cursor, it was answered)."""
-        if self.position is None:
-            self.position = max(through, self._fresh_max)
         for position in sorted(p for p in self._held if p <= through):
             self._ready.put_nowait(self._held.pop(position))
-        self.position = max(self.position, through)
+        self.position = max(self.position or 0, self._fresh_max, through)
         self._release()
         self.replayed.set()
 

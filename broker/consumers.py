@@ -26,9 +26,9 @@ from broker.notify import client_group
 from broker.protocol import Request
 from broker.selectors import (
     deliveries_to_replay,
+    live_token,
     position_after_delivery,
     stream_of,
-    token_is_live,
 )
 from broker.services import agents
 
@@ -127,14 +127,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if self.client is not None:
             raise BrokerError("this connection is already logged in", field="type")
         token = request.require("token", str, "a client token")
-        after = request.optional(
-            "after_position", int, "a whole number, the last position received", None
-        )
+        after = _after_position(request, required=False)
         legacy_after = request.optional(
             "after", int, "a whole number, the last delivery id received", None
         )
-        if after is not None and after < 0:
-            raise InvalidInput("after_position must be 0 or more", field="after_position")
         peer = "{}:{}".format(*(self.scope.get("client") or ("?", "?")))
         self.client = await in_thread(agents.authenticate_agent)(token=token, peer=peer)
         self.actor = Actor("client", self.client.name)
@@ -243,7 +239,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         )
         # The confirmation is also the heartbeat: the token is checked again, so that a
         # revocation whose notice was lost (Redis down) still ends the session.
-        if not await in_thread(token_is_live)(self.token):
+        if await in_thread(live_token)(self.token) is None:
             await self.session_revoked({})
             return None
         stream = await in_thread(agents.confirm)(
@@ -278,12 +274,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         return True
 
     async def on_resend(self, request: Request) -> None:
-        after = request.require(
-            "after_position", int, "a whole number, the last position the agent has"
-        )
-        if after < 0:
-            raise InvalidInput("after_position must be 0 or more", field="after_position")
-        await self._replay(after, request.ref)
+        await self._replay(_after_position(request, required=True), request.ref)
 
     async def on_heartbeat(self, request: Request) -> dict:
         now = datetime.now(UTC).isoformat(timespec="milliseconds")
@@ -305,6 +296,18 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def _notify(self, item: dict, *, replay: bool) -> None:
         await self._send({"type": "notification", **item, "replay": replay})
+
+
+def _after_position(request: Request, *, required: bool) -> int | None:
+    """The last position the agent has, as `login` and `resend` give it."""
+    what = "a whole number, the last position the agent has"
+    if required:
+        after = request.require("after_position", int, what)
+    else:
+        after = request.optional("after_position", int, what, None)
+    if after is not None and after < 0:
+        raise InvalidInput("after_position must be 0 or more", field="after_position")
+    return after
 
 
 def _last_position(client) -> int:

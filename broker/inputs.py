@@ -49,7 +49,7 @@ def decode_json(text: str, *, whole: str, malformed: type[BrokerError] = Invalid
         value = json.loads(text, parse_constant=_non_finite, parse_float=_float, parse_int=_int)
     except ValueError as error:
         raise malformed(f"not JSON: {error}", field=whole) from None
-    check_value(value, "")
+    check_decoded(value, "")
     return value
 
 
@@ -82,7 +82,7 @@ def _int(literal: str) -> int | _Refused:
     return number if INT_MIN <= number <= INT_MAX else _OUT_OF_RANGE
 
 
-def check_value(value: Any, path: str) -> None:
+def check_decoded(value: Any, path: str) -> None:
     """Refuse, naming its path, any part of a decoded value that cannot be stored."""
     if isinstance(value, str):
         check_text(value, path)
@@ -91,10 +91,10 @@ def check_value(value: Any, path: str) -> None:
     elif isinstance(value, dict):
         for key, item in value.items():
             check_text(key, _joined(path, printable_text(key)))
-            check_value(item, _joined(path, key))
+            check_decoded(item, _joined(path, key))
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            check_value(item, f"{path}[{index}]")
+            check_decoded(item, f"{path}[{index}]")
 
 
 def check_text(text: str, path: str) -> None:

@@ -8,9 +8,11 @@ from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from broker.credentials import key_digest
 from broker.models import (
     AttributeValue,
     Client,
+    ClientToken,
     Delivery,
     EventAttribute,
     ModelAttribute,
@@ -190,11 +192,11 @@ def _vocabulary_stamp() -> tuple:
         return cursor.fetchone()
 
 
-def token_is_live(token: str) -> bool:
-    """Whether `token` still lets its client in (not revoked, client active)."""
-    from broker.credentials import key_digest
-    from broker.models import ClientToken
-
-    return ClientToken.objects.filter(
-        key_hash=key_digest(token), revoked_at__isnull=True, client__is_active=True
-    ).exists()
+def live_token(token: str) -> ClientToken | None:
+    """The token's record if it still lets its client in (not revoked, client active):
+    the one rule for logging in and for staying logged in."""
+    return (
+        ClientToken.objects.select_related("client__model")
+        .filter(key_hash=key_digest(token), revoked_at__isnull=True, client__is_active=True)
+        .first()
+    )

@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from console.env import ConfigurationError, env_int
+from launcher.demo_settings import default_data_dir, write_demo_settings
 from launcher.embedded import EmbeddedPostgres, EmbeddedRedis
 from launcher.supervisor import Supervisor, listening_socket, say
 
@@ -128,12 +129,17 @@ def start_console(
     return listener
 
 
+def connect_host(host: str) -> str:
+    """Where to reach the console listening on `host` (a wildcard is reached on the
+    loopback)."""
+    return "127.0.0.1" if host in ("0.0.0.0", "::") else host
+
+
 def start_fleet(supervisor: Supervisor, env: dict[str, str], *, host: str, port: int, agents: int):
     """Simulated web servers on real sockets, so that the demo's fleet is alive."""
     if agents <= 0:
         return
-    connect_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    url = f"ws://{connect_host}:{port}/ws/agent/v1/"
+    url = f"ws://{connect_host(host)}:{port}/ws/agent/v1/"
     argv = [sys.executable, str(ROOT / "manage.py"), "simulate_fleet", "--agents", str(agents)]
     argv += ["--processes", "1", "--url", url, "--load-interval", "10"]
     supervisor.start("fleet", argv, env)
@@ -155,27 +161,13 @@ SERVING_TIMEOUT_S = 90.0
 def wait_until_serving(host: str, port: int) -> None:
     """Until the health check passes (web, worker and channel layer all answer), or a
     while; the console is announced either way."""
-    connect_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host.strip("[]")
-    url = f"http://{connect_host}:{port}/healthz.json"
+    url = f"http://{connect_host(host)}:{port}/healthz.json"
     deadline = time.monotonic() + SERVING_TIMEOUT_S
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=10) as reply:
             if reply.status == 200:
                 return
         time.sleep(0.5)
-
-
-ENVIRONMENT_FILE = "environment"
-SHARED_VARIABLES = ("SECRET_KEY", "DATABASE_URL", "REDIS_URL")
-
-
-def write_environment(data_dir: Path, env: dict[str, str]) -> Path:
-    """Leave the running console's settings where manage.py finds them, so that
-    management commands work beside it with nothing to copy by hand."""
-    path = data_dir / ENVIRONMENT_FILE
-    path.write_text("".join(f"{name}={env[name]}\n" for name in SHARED_VARIABLES))
-    path.chmod(0o600)  # it holds the secret key
-    return path
 
 
 def command_run(args: argparse.Namespace) -> int:
@@ -202,7 +194,7 @@ def command_run(args: argparse.Namespace) -> int:
         )  # fmt: skip
         start_fleet(supervisor, env, host=args.host, port=args.port, agents=args.fleet)
         services.watch_with(supervisor)
-        environment = write_environment(data_dir, env)
+        environment = write_demo_settings(data_dir, env)
         # Said last, once the processes' start-up lines are out, so that it stays in view.
         wait_until_serving(args.host, args.port)
         say(f"management commands beside it: .venv/bin/python manage.py ... (reads {environment})")
@@ -291,7 +283,7 @@ def add_data_dir_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir",
         type=lambda value: Path(value).resolve(),
-        default=Path(os.environ.get("DATA_DIR") or VAR / "demo").resolve(),
+        default=default_data_dir(),
         help="where the private servers, the secret key and beat's schedule live",
     )
 

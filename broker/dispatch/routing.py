@@ -263,10 +263,11 @@ def _grown_summary(child_id: int, version: int) -> tuple[Summary | None, Summary
     row = DispatcherSummary.objects.filter(pk=child_id).first()
     if row is None:  # a stale request: the child has stored nothing (yet)
         return None, Summary()
-    after = Summary.from_json(row.data, vocabulary())
+    words = vocabulary()
+    after = Summary.from_json(row.data, words)
     if row.version != version or row.previous_data is None:
         return None, after
-    return Summary.from_json(row.previous_data, vocabulary()), after
+    return Summary.from_json(row.previous_data, words), after
 
 
 def _resend_to_grown_child(child_id: int, before: Summary | None, after: Summary) -> list:

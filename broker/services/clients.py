@@ -19,7 +19,7 @@ from broker.audit import Actor
 from broker.credentials import key_digest, new_secret
 from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
 from broker.models import AttributeValue, Client, ClientModel, ClientToken, ModelAttribute
-from broker.selectors import declared_types
+from broker.selectors import declared_types, live_token
 from broker.services.tree import attach_to_leaf
 from policies import AttributeType
 
@@ -196,11 +196,7 @@ def _secret_matches(secret: str, stored: str) -> bool:
 
 def authenticate_client(token: str) -> Client:
     """The active client a live token belongs to, else AuthenticationFailed."""
-    found = (
-        ClientToken.objects.select_related("client__model")
-        .filter(key_hash=key_digest(token), revoked_at__isnull=True, client__is_active=True)
-        .first()
-    )
+    found = live_token(token)
     if found is None:
         raise AuthenticationFailed("the token is unknown or revoked")
     ClientToken.objects.filter(pk=found.pk).update(last_used_at=timezone.now())
