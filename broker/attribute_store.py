@@ -10,7 +10,15 @@ from django.utils import timezone
 
 from broker.models import AttributeValue, Client
 
-UPDATED_ON_CONFLICT = ["value", "source", "authority", "set_at", "expires_at", "revoked_at"]
+UPDATED_ON_CONFLICT = [
+    "value",
+    "source",
+    "authority",
+    "set_at",
+    "expires_at",
+    "revoked_at",
+    "revoked_by",
+]
 
 
 def write_values(
@@ -35,6 +43,7 @@ def write_values(
                 set_at=now,
                 expires_at=expires_at,
                 revoked_at=None,
+                revoked_by="",
             )
             for name, value in values.items()
         ],

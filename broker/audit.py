@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from django.db import DatabaseError
@@ -26,6 +27,7 @@ REFUSALS_DATABASE = "audit"
 SHORT_TEXT = 200  # the actor and target columns
 LONG_TEXT = 20_000  # a policy's text fits
 MAX_DETAIL_DEPTH = 8
+AUDITED_NAMES = 1000  # an entry of a bulk change names this many clients at most
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +107,11 @@ def record_refusal(
         )  # fmt: skip
         return None
     return entry
+
+
+def names_of(clients: Iterable[Any]) -> list[str]:
+    """The names a bulk change's entry lists (the first AUDITED_NAMES)."""
+    return [client.name for client in islice(clients, AUDITED_NAMES)]
 
 
 def storable(value: Any, depth: int = 0) -> Any:

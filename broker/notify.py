@@ -94,3 +94,15 @@ async def _send_all(by_receiver: dict[int, list[dict]]) -> None:
     # One Redis message per receiving process, whatever the number of receivers.
     payloads = {client_group(receiver): items for receiver, items in by_receiver.items()}
     await get_channel_layer().group_send_each(payloads, message_type=MESSAGE_TYPE)
+
+
+def end_sessions_of(client_ids: list[int]) -> None:
+    """`end_sessions` for many clients, sent together."""
+    layer = get_channel_layer()
+    message = {"type": SESSION_REVOKED}
+    sends = [layer.group_send(client_group(client_id), message) for client_id in client_ids]
+    _on_push_loop(_all(sends))
+
+
+async def _all(coroutines: list) -> None:
+    await asyncio.gather(*coroutines)

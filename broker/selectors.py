@@ -161,23 +161,42 @@ def _role_vocabulary(**role: bool) -> dict[str, str]:
     return dict(rows.distinct())
 
 
-_known: tuple[tuple, Vocabulary] | None = None
+def model_vocabulary() -> dict[str, str]:
+    """{name: type} declared by any model: what the fleet is searched by (controllers'
+    attributes too, though no event addresses them)."""
+    return dict(ModelAttribute.objects.order_by().values_list("name", "type").distinct())
+
+
+_known: dict[str, tuple[tuple, Vocabulary]] = {}
 
 
 def vocabulary() -> Vocabulary:
     """The current vocabulary, cached per process and read again when a model
     attribute, an event attribute or a client was added or removed since (one short
     query tells). The same content keeps the same object, and so its parse caches."""
-    global _known
-    stamp = _vocabulary_stamp()
-    if _known is not None and _known[0] == stamp:
-        return _known[1]
-    fresh = Vocabulary(
+    return _current("routing", _routing_vocabulary)
+
+
+def search_vocabulary() -> Vocabulary:
+    """The vocabulary the fleet is searched with: selectors typed by every model."""
+    return _current("search", lambda: Vocabulary(receiver=model_vocabulary(), sender={}, event={}))
+
+
+def _routing_vocabulary() -> Vocabulary:
+    return Vocabulary(
         receiver=receiver_vocabulary(), sender=sender_vocabulary(), event=event_vocabulary()
     )
-    if _known is not None and _known[1] == fresh:
-        fresh = _known[1]
-    _known = (stamp, fresh)
+
+
+def _current(kind: str, build) -> Vocabulary:
+    stamp = _vocabulary_stamp()
+    known = _known.get(kind)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    fresh = build()
+    if known is not None and known[1] == fresh:
+        fresh = known[1]
+    _known[kind] = (stamp, fresh)
     return fresh
 
 
@@ -200,3 +219,35 @@ def live_token(token: str) -> ClientToken | None:
         .filter(key_hash=key_digest(token), revoked_at__isnull=True, client__is_active=True)
         .first()
     )
+
+
+# ---------------------------------------------------------------------------
+# A client as its page shows it.
+
+
+def client_named(name: str) -> Client | None:
+    """The client of that name with its model, or None."""
+    return Client.objects.select_related("model").filter(name=name).first()
+
+
+def attribute_provenance(client: Client) -> list[AttributeValue]:
+    """Every value the client has or had, with who set it and whether it still holds
+    (`is_live`), by name."""
+    now = timezone.now()
+    values = list(client.attribute_values.select_related("authority").order_by("name"))
+    for value in values:
+        value.is_live = value.revoked_at is None and (
+            value.expires_at is None or value.expires_at > now
+        )
+    return values
+
+
+def policy_history(client: Client) -> list[PolicyVersion]:
+    """The client's policy versions, newest first."""
+    return list(client.policy_versions.order_by("-version"))
+
+
+def recent_deliveries(client: Client, *, limit: int = 50) -> list[Delivery]:
+    """The client's newest deliveries with their events and senders."""
+    query = Delivery.objects.filter(receiver=client).select_related("event", "sender")
+    return list(query.order_by("-position")[:limit])

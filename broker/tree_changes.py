@@ -7,6 +7,8 @@ and a change whose wake-up was lost is still picked up by the leaf's next task.
 
 from __future__ import annotations
 
+from functools import partial
+
 from django.db import transaction
 
 from broker import wakeups
@@ -24,3 +26,15 @@ def client_changed(client: Client) -> None:
 
 def _enqueue(dispatcher_id: int) -> None:
     wakeups.wake(wakeups.CHANGES, dispatcher_id)
+
+
+def clients_changed(clients: list[Client]) -> None:
+    """Log a change for each client (one insert) and wake each leaf once after commit."""
+    changes = [
+        ClientChange(client=client, dispatcher_id=client.dispatcher_id)
+        for client in clients
+        if client.dispatcher_id is not None
+    ]
+    ClientChange.objects.bulk_create(changes, batch_size=5_000)
+    for dispatcher_id in {change.dispatcher_id for change in changes}:
+        transaction.on_commit(partial(_enqueue, dispatcher_id), robust=True)

@@ -47,6 +47,7 @@ REDIS_URL = check_redis_url("REDIS_URL", env_str("REDIS_URL"))
 INSTALLED_APPS = [
     "daphne",
     "django.contrib.admin",
+    "django.contrib.humanize",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -1,6 +1,7 @@
 """Operators' logins and logouts go to the audit log (the receivers only record)."""
 
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
+from django.db.models.signals import post_migrate
 from django.dispatch import receiver
 
 from broker import audit
@@ -33,3 +34,13 @@ def audit_failed_login(sender, credentials, request=None, **kwargs) -> None:
         target="console",
         reason="wrong username or password",
     )
+
+
+@receiver(post_migrate)
+def sync_roles_after_migrating(sender, **kwargs) -> None:
+    """The roles' groups follow the code: after the broker's permissions exist (they are
+    created by the same signal, for the broker app, just before this receiver)."""
+    if sender.name == "broker":
+        from console.roles import sync_roles
+
+        sync_roles()

@@ -18,7 +18,7 @@ attributes AND the receiver's policy accepts the sender and the content.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,6 +131,20 @@ class Matcher:
         slot = self._slot(receiver_id)
         found = {name: index.get(slot) for name, index in self._attributes.items()}
         return {name: value for name, value in found.items() if value is not None}
+
+    def value(self, receiver_id: Hashable, name: str) -> Any:
+        """The receiver's value of one attribute (None when it has none)."""
+        index = self._attributes.get(name)
+        return None if index is None else index.get(self._slot(receiver_id))
+
+    def value_counts(self, name: str, receiver_ids: Iterable[Hashable]) -> Counter:
+        """How many of these receivers hold each value of `name` (None: no value),
+        read from the attribute's column without building each receiver's dict."""
+        index = self._attributes.get(name)
+        if index is None:
+            return Counter({None: sum(1 for _ in receiver_ids)})
+        get, slot_of = index.get, self._slot_of
+        return Counter(get(slot_of[receiver_id]) for receiver_id in receiver_ids)
 
     def policy(self, receiver_id: Hashable) -> Policy:
         """The receiver's policy (the first registered among equivalent ones)."""

@@ -13,17 +13,26 @@ class Member:
     password: str
     is_staff: bool = False
     is_superuser: bool = False
+    role: str = ""  # the console role (a group) they hold
 
 
-OPERATOR = Member("olivia", "olivia-sees-the-fleet-42")
+OPERATOR = Member("olivia", "olivia-sees-the-fleet-42", role="operator")
+POLICY_AUTHOR = Member("paula", "paula-writes-policies-42", role="policy author")
+TRUST_OFFICER = Member("trevor", "trevor-attests-trust-42", role="trust officer")
+AUDITOR = Member("audrey", "audrey-reads-everything-42", role="auditor")
 ADMINISTRATOR = Member("adam", "adam-runs-the-console-42", is_staff=True, is_superuser=True)
 
 
 def create_member(member: Member):
-    """Create `member` as a Django user and return it."""
-    return get_user_model().objects.create_user(
+    """Create `member` as a Django user in their role and return it."""
+    from django.contrib.auth.models import Group
+
+    user = get_user_model().objects.create_user(
         username=member.username,
         password=member.password,
         is_staff=member.is_staff,
         is_superuser=member.is_superuser,
     )
+    if member.role:
+        user.groups.add(Group.objects.get(name=member.role))
+    return user

@@ -78,7 +78,7 @@ def revoke_grants(*, client: Client, authority: Authority, actor: Actor) -> int:
             client=client, authority=authority, revoked_at__isnull=True
         ).update(revoked_at=now)
         client.attribute_values.filter(authority=authority, revoked_at__isnull=True).update(
-            revoked_at=now
+            revoked_at=now, revoked_by=str(actor)
         )
         audit.record_change(
             actor=actor,
@@ -163,7 +163,7 @@ def revoke_attestation(*, authority: Authority, client: Client, names: Iterable[
     with transaction.atomic():
         count = client.attribute_values.filter(
             authority=authority, name__in=names, revoked_at__isnull=True
-        ).update(revoked_at=timezone.now())
+        ).update(revoked_at=timezone.now(), revoked_by=str(Actor("authority", authority.name)))
         audit.record_change(
             actor=Actor("authority", authority.name),
             action="attributes.revoke",

@@ -220,6 +220,44 @@ def revoke_tokens(*, client: Client, actor: Actor) -> int:
     return count
 
 
+def revoke_tokens_of(*, clients: list[Client], actor: Actor) -> int:
+    """Revoke every live token of these clients (a bulk action); return how many.
+    Audited as one change naming the clients; their sessions end."""
+    ids = [client.pk for client in clients]
+    with transaction.atomic():
+        count = ClientToken.objects.filter(client_id__in=ids, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        audit.record_change(
+            actor=actor,
+            action="client.revoke_tokens",
+            target=f"clients:{len(ids)}",
+            details={"revoked": count, "clients": audit.names_of(clients)},
+        )
+        transaction.on_commit(lambda: notify.end_sessions_of(ids), robust=True)
+    return count
+
+
+def set_clients_active(*, clients: list[Client], active: bool, actor: Actor) -> int:
+    """Deactivate (or reactivate) clients: an inactive client cannot log in, send or
+    receive, and its sessions end. Returns how many changed; audited as one change."""
+    changing = [client for client in clients if client.is_active != active]
+    action = "client.activate" if active else "client.deactivate"
+    with transaction.atomic():
+        Client.objects.filter(pk__in=[c.pk for c in changing]).update(is_active=active)
+        audit.record_change(
+            actor=actor,
+            action=action,
+            target=f"clients:{len(changing)}",
+            details={"clients": audit.names_of(changing)},
+        )
+        tree_changes.clients_changed(changing)
+        if not active:
+            ids = [client.pk for client in changing]
+            transaction.on_commit(lambda: notify.end_sessions_of(ids), robust=True)
+    return len(changing)
+
+
 def state_attributes(*, client: Client, values: Mapping[str, Any], actor: Actor) -> None:
     """Apply values the client states about itself: all of them, or none.
 

@@ -7,7 +7,7 @@ from django.db.models import Max
 
 from broker import audit, tree_changes
 from broker.audit import Actor
-from broker.errors import NotAuthorised, PolicyRejected
+from broker.errors import InvalidInput, NotAuthorised, PolicyRejected
 from broker.models import Client, PolicyVersion
 from broker.selectors import vocabulary
 from policies import PolicySyntaxError
@@ -45,6 +45,57 @@ def set_policy(*, client: Client, text: str, actor: Actor) -> PolicyVersion:
         )
         tree_changes.client_changed(client)
     return version
+
+
+def set_policies(
+    *, clients: list[Client], text: str, actor: Actor, selection: str = ""
+) -> list[PolicyVersion]:
+    """Save one policy as the next version of every client in `clients` (chosen by
+    `selection`, a selector or a name, said in the audit entry): all of them or none.
+    One audit entry names the clients; the leaves learn of each change."""
+    target = f"clients:{len(clients)}"
+    with audit.refusals_recorded(
+        actor=actor, action="policy.set", target=target,
+        details={"text": text[:MAX_POLICY_LENGTH], "selection": selection},
+    ):  # fmt: skip
+        _check_receivers(clients)
+        canonical = _canonical(text)
+    with transaction.atomic():
+        ids = sorted(client.pk for client in clients)
+        # Lock the rows in one order: concurrent saves must not take the same numbers.
+        list(Client.objects.select_for_update().filter(pk__in=ids).order_by("pk").values("pk"))
+        latest = dict(
+            PolicyVersion.objects.filter(client_id__in=ids)
+            .values("client_id")
+            .annotate(latest=Max("version"))
+            .values_list("client_id", "latest")
+        )
+        versions = PolicyVersion.objects.bulk_create(
+            PolicyVersion(
+                client=client, version=latest.get(client.pk, 0) + 1, text=text,
+                canonical_text=canonical, created_by=str(actor),
+            )
+            for client in clients
+        )  # fmt: skip
+        audit.record_change(
+            actor=actor, action="policy.set", target=target,
+            details={"policy": canonical, "selection": selection,
+                     "clients": audit.names_of(clients)},
+        )  # fmt: skip
+        tree_changes.clients_changed(clients)
+    return versions
+
+
+def _check_receivers(clients: list[Client]) -> None:
+    if not clients:
+        raise InvalidInput("no receiver is selected: choose a client or a selector", field="target")
+    senders_only = [client.name for client in clients if not client.can_receive]
+    if senders_only:
+        names = ", ".join(senders_only[:5]) + (" and others" if len(senders_only) > 5 else "")
+        raise NotAuthorised(
+            f"{names} cannot receive, so cannot have a policy: narrow the selection",
+            field="target",
+        )
 
 
 def _canonical(text: str) -> str:

@@ -1,0 +1,173 @@
+"""The fleet's directory: every client's name, model and live attributes, held in memory
+and indexed for selector search, so that the console searches 100,000 clients by the
+language itself in milliseconds.
+
+It is built once per process from PostgreSQL and kept fresh from the `ClientChange`
+log exactly as the leaf dispatchers keep theirs (broker.dispatch.state): before each use
+it reads the changes of transactions not surely seen before. Selection is the leaves'
+own `Matcher`, so a search selects what an event with that selector would address.
+Nothing here is authoritative: a process that loses it rebuilds it.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import insort
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from broker.dispatch.state import snapshot_xmin
+from broker.models import Client, ClientChange, Dispatcher
+from broker.selectors import live_attribute_values
+from policies import Matcher, Policy, Selector
+from policies.expressions import Always
+
+# The directory selects; it never decides acceptance, so every client shares one policy.
+NO_POLICY = Policy(Always(False))
+ENTRY_FIELDS = ("id", "name", "model__name", "can_send", "can_receive", "is_active")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What the fleet page shows of a client without asking the database."""
+
+    id: int
+    name: str
+    model: str
+    can_send: bool
+    can_receive: bool
+    is_active: bool
+
+
+class Directory:
+    """Every client, by id: its entry, and its live attributes in a Matcher."""
+
+    def __init__(self) -> None:
+        self.matcher = Matcher()
+        self.entries: dict[int, Entry] = {}
+        self._by_name: list[tuple[str, int]] = []
+        self.horizon = snapshot_xmin()
+        self._reload(list(Client.objects.values_list("id", flat=True)))
+
+    def refresh(self) -> set[int]:
+        """Apply the changes not surely seen before; return the changed client ids."""
+        horizon = snapshot_xmin()
+        leaves = Dispatcher.objects.filter(is_leaf=True).values("id")
+        changed = set(
+            ClientChange.objects.filter(
+                dispatcher_id__in=leaves, txid__gte=self.horizon
+            ).values_list("client_id", flat=True)
+        )
+        self.horizon = horizon
+        if changed:
+            self._reload(changed)
+        return changed
+
+    def select(self, selector: Selector | None) -> set[int]:
+        """Ids of the clients the selector selects (all of them for None)."""
+        return self.matcher.selected(selector)
+
+    def ordered(self, ids: set[int], *, order: str) -> Iterator[int]:
+        """`ids` by name, or by model then name; a leading '-' reverses."""
+        descending = order.startswith("-")
+        if order.lstrip("-") == "model":
+            key = self._model_key
+            return iter(sorted(ids, key=key, reverse=descending))
+        names = reversed(self._by_name) if descending else iter(self._by_name)
+        return (client_id for _, client_id in names if client_id in ids)
+
+    def _model_key(self, client_id: int) -> tuple[str, str]:
+        entry = self.entries[client_id]
+        return entry.model, entry.name
+
+    def value_counts(self, name: str, ids: set[int]) -> Counter:
+        """How many of `ids` hold each value of attribute `name` (None: no value)."""
+        return self.matcher.value_counts(name, ids)
+
+    def model_counts(self, ids: set[int]) -> Counter:
+        """How many of `ids` are of each model."""
+        entries = self.entries
+        return Counter(entries[client_id].model for client_id in ids)
+
+    def _reload(self, client_ids: list[int]) -> None:
+        added: list[tuple[str, int]] = []
+        for chunk in _chunks(client_ids, 20_000):
+            entries = {
+                row[0]: Entry(*row)
+                for row in Client.objects.filter(id__in=chunk).values_list(*ENTRY_FIELDS)
+            }
+            attributes = _live_attributes(chunk)
+            for client_id in chunk:
+                entry = entries.get(client_id)
+                if entry is not None and client_id not in self.entries:
+                    added.append((entry.name, client_id))
+                self._apply(client_id, entry, attributes.get(client_id, {}))
+        self._add_names(added)
+
+    def _add_names(self, added: list[tuple[str, int]]) -> None:
+        # Names never change: the order is kept by insertion, or one sort for many.
+        if len(added) > 64:
+            self._by_name = sorted(self._by_name + added)
+            return
+        for item in added:
+            insort(self._by_name, item)
+
+    def _apply(self, client_id: int, entry: Entry | None, attributes: dict) -> None:
+        if entry is None:  # clients are never deleted, but a test database may be flushed
+            self._forget(client_id)
+            return
+        self.entries[client_id] = entry
+        if client_id in self.matcher:
+            self.matcher.update(client_id, attributes)
+        else:
+            self.matcher.add(client_id, attributes, NO_POLICY)
+
+    def _forget(self, client_id: int) -> None:
+        entry = self.entries.pop(client_id, None)
+        if entry is not None:
+            self._by_name.remove((entry.name, client_id))
+            self.matcher.remove(client_id)
+
+
+def _live_attributes(client_ids: list[int]) -> dict[int, dict]:
+    found: dict[int, dict] = {}
+    rows = live_attribute_values().filter(client_id__in=client_ids)
+    for client_id, name, value in rows.values_list("client_id", "name", "value"):
+        found.setdefault(client_id, {})[name] = value
+    return found
+
+
+def _chunks(ids: Iterable[int], size: int) -> Iterator[list[int]]:
+    chunk: list[int] = []
+    for client_id in ids:
+        chunk.append(client_id)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+_directory: Directory | None = None
+_lock = threading.Lock()
+
+
+@contextmanager
+def fresh_directory() -> Iterator[Directory]:
+    """This process's directory, brought up to date, held for the caller alone."""
+    global _directory
+    with _lock:
+        if _directory is None:
+            _directory = Directory()
+        else:
+            _directory.refresh()
+        yield _directory
+
+
+def forget_directory() -> None:
+    """Drop this process's directory; the next use rebuilds it (tests, after a flush)."""
+    global _directory
+    with _lock:
+        _directory = None

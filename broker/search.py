@@ -1,0 +1,155 @@
+"""Searching the fleet: a selector in the language itself, narrowed by facets, one page
+of rows at a time, with counts per facet value. The fleet page and its bulk actions
+read the fleet through here, so a bulk action acts on exactly the clients shown."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.directory import Directory, fresh_directory
+from broker.models import Client
+from broker.selectors import live_attribute_values, search_vocabulary
+from policies import PolicySyntaxError, Selector
+from policies.types import format_literal
+
+# Attributes offered as facets when some model declares them (the scenario's fleet).
+FACET_ATTRIBUTES = ("software", "version", "region", "organization", "cgi")
+MAX_FACET_VALUES = 12
+PAGE_SIZE = 50
+ORDERS = ("name", "-name", "model", "-model")
+MAX_QUERY_LENGTH = 2_000
+
+
+@dataclass(frozen=True)
+class FleetQuery:
+    """What the operator asked for: a selector text, a model, an order and a page."""
+
+    text: str = ""
+    model: str = ""
+    order: str = "name"
+    page: int = 1
+
+
+@dataclass
+class FacetValue:
+    """One value of a facet: how many match, and the selector clause that picks it."""
+
+    label: str
+    count: int
+    clause: str = ""
+
+
+@dataclass
+class FleetResult:
+    """A page of the search, the facets of everything it matched, or the error."""
+
+    query: FleetQuery
+    total: int = 0
+    rows: list[dict] = field(default_factory=list)
+    facets: dict[str, list[FacetValue]] = field(default_factory=dict)
+    error: PolicySyntaxError | None = None
+    pages: int = 1
+
+    @property
+    def has_next(self) -> bool:
+        return self.query.page < self.pages
+
+
+def parse_search(text: str) -> Selector | None:
+    """The search text as a selector typed by every model (None when blank); raises
+    PolicySyntaxError with the line and column of the first mistake."""
+    if len(text) > MAX_QUERY_LENGTH:
+        raise PolicySyntaxError(f"the search is longer than {MAX_QUERY_LENGTH} characters", 1, 1)
+    if not text.strip():
+        return None
+    return search_vocabulary().selector(text)
+
+
+def matching_ids(directory: Directory, query: FleetQuery) -> set[int]:
+    """Ids of the clients the query's selector and model select."""
+    ids = directory.select(parse_search(query.text))
+    if query.model:
+        entries = directory.entries
+        ids = {client_id for client_id in ids if entries[client_id].model == query.model}
+    return ids
+
+
+def search_fleet(query: FleetQuery) -> FleetResult:
+    """One page of the fleet for `query`, with facet counts over all that matched."""
+    result = FleetResult(query=query)
+    with fresh_directory() as directory:
+        try:
+            ids = matching_ids(directory, query)
+        except PolicySyntaxError as error:
+            result.error = error
+            return result
+        result.total = len(ids)
+        result.pages = max(1, -(-len(ids) // PAGE_SIZE))
+        result.facets = _facets(directory, ids)
+        page_ids = _page(directory, ids, query)
+    result.rows = client_rows(page_ids)
+    return result
+
+
+def _page(directory: Directory, ids: set[int], query: FleetQuery) -> list[int]:
+    order = query.order if query.order in ORDERS else "name"
+    start = (max(query.page, 1) - 1) * PAGE_SIZE
+    page: list[int] = []
+    for position, client_id in enumerate(directory.ordered(ids, order=order)):
+        if position >= start + PAGE_SIZE:
+            break
+        if position >= start:
+            page.append(client_id)
+    return page
+
+
+def _facets(directory: Directory, ids: set[int]) -> dict[str, list[FacetValue]]:
+    facets = {"model": _top(directory.model_counts(ids), clause=None)}
+    declared = search_vocabulary().receiver
+    for name in FACET_ATTRIBUTES:
+        if name in declared:
+            facets[name] = _top(directory.value_counts(name, ids), clause=name)
+    return facets
+
+
+def _top(counts, *, clause: str | None) -> list[FacetValue]:
+    values = []
+    for value, count in counts.most_common(MAX_FACET_VALUES):
+        if value is None:
+            values.append(FacetValue("(none)", count, f"not {clause} exists" if clause else ""))
+            continue
+        text = format_literal(value)
+        label = value if isinstance(value, str) else text
+        values.append(FacetValue(str(label), count, f"{clause} == {text}" if clause else ""))
+    return values
+
+
+def client_rows(client_ids: list[int]) -> list[dict]:
+    """The clients as table rows, in the given order: two queries for any page."""
+    clients = Client.objects.filter(id__in=client_ids).select_related("model")
+    by_id = {client.id: client for client in clients}
+    values: dict[int, dict[str, Any]] = {client_id: {} for client_id in client_ids}
+    rows = live_attribute_values().filter(client_id__in=client_ids)
+    for client_id, name, value in rows.values_list("client_id", "name", "value"):
+        values[client_id][name] = value
+    return [
+        {"client": by_id[client_id], "attributes": values[client_id]}
+        for client_id in client_ids
+        if client_id in by_id
+    ]
+
+
+def receivers_chosen(*, client_name: str = "", selector_text: str = "") -> list[int]:
+    """Ids of the receivers a policy is saved to: one client by name, or every client
+    the selector selects that can receive; raises PolicySyntaxError for a bad selector
+    and LookupError for an unknown name."""
+    if client_name:
+        found = Client.objects.filter(name=client_name).values_list("id", flat=True).first()
+        if found is None:
+            raise LookupError(f"no client named {client_name!r}")
+        return [found]
+    with fresh_directory() as directory:
+        ids = directory.select(parse_search(selector_text))
+        entries = directory.entries
+        return sorted(i for i in ids if entries[i].can_receive)

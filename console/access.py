@@ -1,0 +1,59 @@
+"""Who may open a page or take an action: every view says what permission it needs.
+
+A refusal is answered with a page (or an htmx fragment) that says which role the action
+needs, and is written to the audit log with who tried what, where.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from broker import audit
+from broker.audit import Actor
+from console.roles import role_needed_for
+
+View = Callable[..., HttpResponse]
+
+
+def actor_of(request: HttpRequest) -> Actor:
+    """The logged-in operator as the audit log names them."""
+    return Actor("user", request.user.get_username())
+
+
+def requires(permission: str, *, action: str) -> Callable[[View], View]:
+    """Let the view run only for a logged-in user holding `permission`; anyone else
+    logged in is refused (403) and the refusal is audited as `action`."""
+
+    def decorate(view: View) -> View:
+        @wraps(view)
+        def checked(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            if not request.user.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            if not request.user.has_perm(permission):
+                return refuse(request, permission=permission, action=action)
+            return view(request, *args, **kwargs)
+
+        return checked
+
+    return decorate
+
+
+def refuse(request: HttpRequest, *, permission: str, action: str) -> HttpResponse:
+    """Answer 403 saying which role is needed, and audit the attempt."""
+    role = role_needed_for(permission)
+    reason = f"{request.user.get_username()} lacks the {role} role ({permission})"
+    audit.record_refusal(
+        actor=actor_of(request),
+        action=action,
+        target=request.path[: audit.SHORT_TEXT],
+        reason=reason,
+        details={"method": request.method},
+    )
+    context = {"role": role, "action": action}
+    template = "console/forbidden.html#refusal" if request.htmx else "console/forbidden.html"
+    return render(request, template, context, status=403)

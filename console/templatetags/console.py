@@ -1,0 +1,39 @@
+"""Template helpers of the console's pages."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django import template
+
+register = template.Library()
+
+QUERY_PARAMETERS = {"text": "q", "model": "model", "order": "sort", "page": "page"}
+
+
+@register.simple_tag
+def search_url(query, **changes) -> str:
+    """`?q=...&model=...&sort=...&page=...` for `query` with `changes` applied (a
+    change of search or order goes back to the first page)."""
+    values = {field: getattr(query, field) for field in QUERY_PARAMETERS}
+    if "page" not in changes and changes:
+        values["page"] = 1
+    values.update(changes)
+    pairs = {QUERY_PARAMETERS[f]: v for f, v in values.items() if v not in ("", None)}
+    if pairs.get("page") == 1:
+        del pairs["page"]
+    if pairs.get("sort") == "name":
+        del pairs["sort"]
+    return "?" + urlencode(pairs)
+
+
+@register.simple_tag
+def narrowed(text: str, clause: str) -> str:
+    """The search `text` with `clause` added (and-ed), as the facet links need."""
+    return f"({text}) and {clause}" if text.strip() else clause
+
+
+@register.filter
+def caret(column: int) -> str:
+    """A line pointing at a 1-based column: where the error is."""
+    return " " * (max(int(column), 1) - 1) + "^"

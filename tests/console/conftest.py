@@ -1,0 +1,42 @@
+"""The console's cast: one user per role, logged in with Django's test client."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.directory import forget_directory
+from tests.cast import AUDITOR, OPERATOR, POLICY_AUTHOR, TRUST_OFFICER, create_member
+
+
+@pytest.fixture(autouse=True)
+def fresh_directory_per_test():
+    """The directory is per process; each test's database starts anew."""
+    forget_directory()
+    yield
+    forget_directory()
+
+
+def logged_in(client, member):
+    user = create_member(member)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def as_operator(client):
+    return logged_in(client, OPERATOR)
+
+
+@pytest.fixture
+def as_author(client):
+    return logged_in(client, POLICY_AUTHOR)
+
+
+@pytest.fixture
+def as_officer(client):
+    return logged_in(client, TRUST_OFFICER)
+
+
+@pytest.fixture
+def as_auditor(client):
+    return logged_in(client, AUDITOR)
