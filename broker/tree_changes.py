@@ -7,9 +7,13 @@ and a change whose wake-up was lost is still picked up by the leaf's next task.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from django.db import transaction
+from django.utils import timezone
 
 from broker import wakeups
+from broker.bulk import copy_rows
 from broker.models import Client, ClientChange
 
 
@@ -20,6 +24,16 @@ def client_changed(client: Client) -> None:
     change = ClientChange.objects.create(client=client, dispatcher_id=client.dispatcher_id)
     # robust: a failed wake-up (Redis down) must not fail a change that is committed.
     transaction.on_commit(lambda: _enqueue(change.dispatcher_id), robust=True)
+
+
+def clients_changed(leaves: Mapping[int, int]) -> None:
+    """Log a change for each of many clients ({client id: its leaf's id}) with one
+    COPY, and wake each of their leaves once after commit."""
+    now = timezone.now()
+    rows = ((client_id, leaf_id, now) for client_id, leaf_id in leaves.items())
+    copy_rows(ClientChange, ["client", "dispatcher", "at"], rows)
+    for leaf_id in set(leaves.values()):
+        transaction.on_commit(lambda leaf_id=leaf_id: _enqueue(leaf_id), robust=True)
 
 
 def _enqueue(dispatcher_id: int) -> None:

@@ -25,7 +25,7 @@ def set_policy(*, client: Client, text: str, actor: Actor) -> PolicyVersion:
     ):
         if not client.can_receive:
             raise NotAuthorised(f"{client.name} is not a receiver", field="policy")
-        canonical = _canonical(text)
+        canonical = canonical_policy(text)
     with transaction.atomic():
         # Lock the client row: two concurrent updates must not take the same number.
         Client.objects.select_for_update().filter(pk=client.pk).first()
@@ -47,7 +47,9 @@ def set_policy(*, client: Client, text: str, actor: Actor) -> PolicyVersion:
     return version
 
 
-def _canonical(text: str) -> str:
+def canonical_policy(text: str) -> str:
+    """The policy's canonical text, typed by the current vocabulary; PolicyRejected
+    (with line and column) if it is too long or does not parse."""
     if len(text) > MAX_POLICY_LENGTH:
         raise PolicyRejected(
             f"the policy is longer than {MAX_POLICY_LENGTH} characters",
