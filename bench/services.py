@@ -67,18 +67,19 @@ def fleet_stats(stats_dir: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in Path(stats_dir).glob("fleet-stats-*.json")]
 
 
-def provide_services(env: dict[str, str]) -> list:
-    """Private PostgreSQL and Redis for the benchmark unless URLs are given."""
+def provide_services(env: dict[str, str], folder: Path = ROOT / "var" / "bench") -> list:
+    """Private PostgreSQL and Redis for the benchmark, their data in `folder`, unless
+    URLs are given."""
     from launcher.embedded import EmbeddedPostgres, EmbeddedRedis
 
     started = []
     if not env.get("DATABASE_URL"):
-        postgres = EmbeddedPostgres(ROOT / "var" / "bench" / "postgres")
+        postgres = EmbeddedPostgres(folder / "postgres")
         postgres.start()
         started.append(postgres)
         env["DATABASE_URL"] = postgres.url("bench")
     if not env.get("REDIS_URL"):
-        redis_server = EmbeddedRedis(ROOT / "var" / "bench" / "redis")
+        redis_server = EmbeddedRedis(folder / "redis")
         redis_server.start()
         started.append(redis_server)
         env["REDIS_URL"] = redis_server.url()
@@ -89,8 +90,9 @@ def provide_services(env: dict[str, str]) -> list:
     return started
 
 
-def fresh_database(env: dict[str, str]) -> None:
-    """Drop and create the benchmark's database, then migrate it."""
+def fresh_database(env: dict[str, str], *, keep: bool = False) -> None:
+    """Drop and create the benchmark's database, then migrate it; with `keep`, create
+    it only if it is missing and keep its rows (a bench that reuses what it loaded)."""
     from urllib.parse import urlsplit, urlunsplit
 
     import psycopg
@@ -99,8 +101,10 @@ def fresh_database(env: dict[str, str]) -> None:
     name = parts.path.lstrip("/")
     admin_url = urlunsplit(parts._replace(path="/postgres"))
     with psycopg.connect(admin_url, autocommit=True) as connection:
-        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        connection.execute(f'CREATE DATABASE "{name}"')
+        found = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+        if not (keep and found.fetchone()):
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            connection.execute(f'CREATE DATABASE "{name}"')
     manage = [sys.executable, str(ROOT / "manage.py")]
     subprocess.run([*manage, "migrate", "-v", "0"], env=env, check=True)
 

@@ -171,7 +171,7 @@ class AttributeValue(models.Model):
     set_at = models.DateTimeField()
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
-    revoked_by = models.CharField(max_length=200, blank=True)  # the audit log's actor
+    revoked_by = models.CharField(max_length=200, blank=True, db_default="")  # an audit actor
 
     class Meta:
         constraints = [

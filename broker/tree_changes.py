@@ -7,11 +7,13 @@ and a change whose wake-up was lost is still picked up by the leaf's next task.
 
 from __future__ import annotations
 
-from functools import partial
+from collections.abc import Iterable, Mapping
 
 from django.db import transaction
+from django.utils import timezone
 
 from broker import wakeups
+from broker.bulk import copy_rows
 from broker.models import Client, ClientChange
 
 
@@ -24,17 +26,21 @@ def client_changed(client: Client) -> None:
     transaction.on_commit(lambda: _enqueue(change.dispatcher_id), robust=True)
 
 
+def clients_changed(leaves: Mapping[int, int]) -> None:
+    """Log a change for each of many clients ({client id: its leaf's id}) with one
+    COPY, and wake each of their leaves once after commit."""
+    now = timezone.now()
+    rows = ((client_id, leaf_id, now) for client_id, leaf_id in leaves.items())
+    copy_rows(ClientChange, ["client", "dispatcher", "at"], rows)
+    for leaf_id in set(leaves.values()):
+        transaction.on_commit(lambda leaf_id=leaf_id: _enqueue(leaf_id), robust=True)
+
+
 def _enqueue(dispatcher_id: int) -> None:
     wakeups.wake(wakeups.CHANGES, dispatcher_id)
 
 
-def clients_changed(clients: list[Client]) -> None:
-    """Log a change for each client (one insert) and wake each leaf once after commit."""
-    changes = [
-        ClientChange(client=client, dispatcher_id=client.dispatcher_id)
-        for client in clients
-        if client.dispatcher_id is not None
-    ]
-    ClientChange.objects.bulk_create(changes, batch_size=5_000)
-    for dispatcher_id in {change.dispatcher_id for change in changes}:
-        transaction.on_commit(partial(_enqueue, dispatcher_id), robust=True)
+def leaves_of(clients: Iterable[Client]) -> dict[int, int]:
+    """{client id: its leaf's id} of those clients attached to a leaf, for
+    `clients_changed`."""
+    return {c.pk: c.dispatcher_id for c in clients if c.dispatcher_id is not None}

@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='attributevalue',
             name='revoked_by',
-            field=models.CharField(blank=True, max_length=200),
+            field=models.CharField(blank=True, db_default='', max_length=200),
         ),
     ]

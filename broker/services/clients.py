@@ -251,7 +251,7 @@ def set_clients_active(*, clients: list[Client], active: bool, actor: Actor) -> 
             target=f"clients:{len(changing)}",
             details={"clients": audit.names_of(changing)},
         )
-        tree_changes.clients_changed(changing)
+        tree_changes.clients_changed(tree_changes.leaves_of(changing))
         if not active:
             ids = [client.pk for client in changing]
             transaction.on_commit(lambda: notify.end_sessions_of(ids), robust=True)

@@ -25,7 +25,7 @@ def set_policy(*, client: Client, text: str, actor: Actor) -> PolicyVersion:
     ):
         if not client.can_receive:
             raise NotAuthorised(f"{client.name} is not a receiver", field="policy")
-        canonical = _canonical(text)
+        canonical = canonical_policy(text)
     with transaction.atomic():
         # Lock the client row: two concurrent updates must not take the same number.
         Client.objects.select_for_update().filter(pk=client.pk).first()
@@ -59,7 +59,7 @@ def set_policies(
         details={"text": text[:MAX_POLICY_LENGTH], "selection": selection},
     ):  # fmt: skip
         _check_receivers(clients)
-        canonical = _canonical(text)
+        canonical = canonical_policy(text)
     with transaction.atomic():
         ids = sorted(client.pk for client in clients)
         # Lock the rows in one order: concurrent saves must not take the same numbers.
@@ -82,7 +82,7 @@ def set_policies(
             details={"policy": canonical, "selection": selection,
                      "clients": audit.names_of(clients)},
         )  # fmt: skip
-        tree_changes.clients_changed(clients)
+        tree_changes.clients_changed(tree_changes.leaves_of(clients))
     return versions
 
 
@@ -98,7 +98,9 @@ def _check_receivers(clients: list[Client]) -> None:
         )
 
 
-def _canonical(text: str) -> str:
+def canonical_policy(text: str) -> str:
+    """The policy's canonical text, typed by the current vocabulary; PolicyRejected
+    (with line and column) if it is too long or does not parse."""
     if len(text) > MAX_POLICY_LENGTH:
         raise PolicyRejected(
             f"the policy is longer than {MAX_POLICY_LENGTH} characters",

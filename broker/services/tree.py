@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Count
@@ -69,3 +71,18 @@ def attach_to_leaf() -> Dispatcher:
         .order_by("load", "id")
         .first()
     )
+
+
+def spread_over_leaves(count: int) -> list[int]:
+    """The ids of the leaves that `count` successive attach_to_leaf() calls would pick,
+    in order, worked out from one query (for registering a fleet in bulk)."""
+    ensure_tree()
+    loads = Dispatcher.objects.filter(is_leaf=True).annotate(load=Count("clients"))
+    heap = [(leaf.load, leaf.id) for leaf in loads]
+    heapq.heapify(heap)
+    picked = []
+    for _ in range(count):
+        load, leaf_id = heapq.heappop(heap)
+        picked.append(leaf_id)
+        heapq.heappush(heap, (load + 1, leaf_id))
+    return picked
