@@ -40,17 +40,24 @@ FOLDER = ROOT / "var" / "bench-console"
 WARM_UPS = 2
 
 # (label, method, path, data): data is sent as query parameters (GET) or a form (POST).
+# The scenario's policy without the Intellimune clause: its commands become refused.
+PREVIEWED_POLICY = """accept event.alert exists and event.threat_level >= 4
+    and sender.region == "Northwest" and sender.trust >= 2"""
 REQUESTS = [
     ("home page", "GET", "/", None),
     ("API: clients, first page", "GET", "/api/v1/clients?limit=100", None),
     ("API: clients, a page far in", "GET", "/api/v1/clients?limit=100&offset=90000", None),
-    # Issue 10's pages, once they exist:
-    # ("fleet: search + facets", "GET", "/fleet/", {"q": 'receiver.software == "IIS"'}),
-    # ("fleet: no search", "GET", "/fleet/", None),
-    # ("client page", "GET", "/clients/web-04242/", None),
-    # ("policy preview", "POST", "/policies/preview",
-    #  {"text": WEB_SERVER_POLICY, "selector": 'receiver.region == "Northwest"'}),
-]
+    ("fleet: everything", "GET", "/fleet/", None),
+    ("fleet: search + facets", "GET", "/fleet/", {"q": 'software == "IIS" and version ~ "2.4.*"'}),
+    ("fleet: search, far page", "GET", "/fleet/", {"q": "cgi", "page": "1000"}),
+    ("fleet: sorted by model", "GET", "/fleet/", {"q": 'region == "Northwest"', "sort": "-model"}),
+    ("client page", "GET", "/clients/web-04242/", None),
+    ("policy preview, 25k receivers", "POST", "/policies/preview",
+     {"policy": PREVIEWED_POLICY, "selector": 'region == "Northwest"'}),
+    ("policy preview, every server", "POST", "/policies/preview",
+     {"policy": PREVIEWED_POLICY, "selector": 'organization == "Macrocorp"'}),
+]  # fmt: skip
+RECENT_EVENTS = 300  # what the policy preview weighs (it reads at most 500)
 BASELINE = ("baseline: login page", "GET", "/login/", None)
 
 
@@ -62,10 +69,37 @@ def load(servers: int) -> None:
 
     call_command("collectstatic", interactive=False, verbosity=0)  # pages link to them
     call_command("load_scenario", servers=servers, bulk=True)
+    publish_recent_events()
     started = time.monotonic()
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     print(f"set-up: ANALYZE in {time.monotonic() - started:.1f} s", flush=True)
+
+
+def publish_recent_events() -> None:
+    """The scenario's alerts and commands, so that the policy preview has recent events
+    to weigh (routing them is not this bench's business: no worker runs)."""
+    from broker.audit import Actor
+    from broker.models import Client, Event
+    from broker.services.events import publish_event
+
+    missing = RECENT_EVENTS - Event.objects.count()
+    senders = {c.name: c for c in Client.objects.filter(can_send=True)}
+    for index in range(max(missing, 0)):
+        name, content, selector = SCENARIO_EVENTS[index % len(SCENARIO_EVENTS)]
+        publish_event(
+            sender=senders[name], actor=Actor("client", name), content=content,
+            selector=selector, lifetime_s=3600, channel="default", idempotency_key=None,
+        )  # fmt: skip
+
+
+SCENARIO_EVENTS = [
+    ("northwest-controller", {"alert": "worm", "threat_level": 4, "target": "IIS",
+     "version": "2.4.*"}, 'region == "Northwest"'),
+    ("intellimune-national", {"kind": "command", "action": "disable-cgi"},
+     'software == "IIS" and version ~ "2.4.*" and cgi'),
+    ("rogue-controller", {"alert": "worm", "threat_level": 5}, ""),
+]  # fmt: skip
 
 
 def logged_in_client():
@@ -143,6 +177,9 @@ def run(args, env: dict[str, str]) -> bool:
     clients = Client.objects.count()
     print(f"console: {clients} clients, {args.runs} runs a request after {WARM_UPS} warm-ups")
     client = logged_in_client()
+    started = time.monotonic()
+    send(client, "GET", "/fleet/", None)
+    print(f"the directory of {clients} clients built in {time.monotonic() - started:.1f} s")
     baseline = measure(client, BASELINE, args.runs)
     results = [measure(client, request, args.runs) for request in REQUESTS]
     return report(results, baseline, args.budget_ms)

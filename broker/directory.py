@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from broker.dispatch.state import snapshot_xmin
-from broker.models import Client, ClientChange, Dispatcher
+from broker.models import Client, ClientChange, Dispatcher, PolicyVersion
 from broker.selectors import live_attribute_values
 from policies import Matcher, Policy, Selector
 from policies.expressions import Always
@@ -42,11 +42,13 @@ class Entry:
 
 
 class Directory:
-    """Every client, by id: its entry, and its live attributes in a Matcher."""
+    """Every client, by id: its entry, its live attributes in a Matcher, and the
+    canonical text of its current policy (receivers that have one)."""
 
     def __init__(self) -> None:
         self.matcher = Matcher()
         self.entries: dict[int, Entry] = {}
+        self.policies: dict[int, str] = {}
         self._by_name: list[tuple[str, int]] = []
         self.horizon = snapshot_xmin()
         self._reload(list(Client.objects.values_list("id", flat=True)))
@@ -99,12 +101,32 @@ class Directory:
                 for row in Client.objects.filter(id__in=chunk).values_list(*ENTRY_FIELDS)
             }
             attributes = _live_attributes(chunk)
+            self._read_policies(chunk)
             for client_id in chunk:
                 entry = entries.get(client_id)
                 if entry is not None and client_id not in self.entries:
                     added.append((entry.name, client_id))
                 self._apply(client_id, entry, attributes.get(client_id, {}))
         self._add_names(added)
+
+    def _read_policies(self, chunk: list[int]) -> None:
+        newest = (
+            PolicyVersion.objects.filter(client_id__in=chunk)
+            .order_by("client_id", "-version")
+            .distinct("client_id")
+            .values_list("client_id", "canonical_text")
+        )
+        texts: dict[str, str] = {}  # one string per distinct text: most share one
+        for client_id, text in newest:
+            self.policies[client_id] = texts.setdefault(text, text)
+
+    def policy_groups(self, ids: set[int]) -> dict[str | None, set[int]]:
+        """{current canonical policy text (None: no policy yet): those of `ids` with it}."""
+        groups: dict[str | None, set[int]] = {}
+        policies = self.policies
+        for client_id in ids:
+            groups.setdefault(policies.get(client_id), set()).add(client_id)
+        return groups
 
     def _add_names(self, added: list[tuple[str, int]]) -> None:
         # Names never change: the order is kept by insertion, or one sort for many.
@@ -126,6 +148,7 @@ class Directory:
 
     def _forget(self, client_id: int) -> None:
         entry = self.entries.pop(client_id, None)
+        self.policies.pop(client_id, None)
         if entry is not None:
             self._by_name.remove((entry.name, client_id))
             self.matcher.remove(client_id)

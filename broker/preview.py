@@ -15,13 +15,12 @@ from datetime import timedelta
 from django.utils import timezone
 
 from broker.directory import Directory, fresh_directory
-from broker.models import Event, PolicyVersion
+from broker.models import Event
 from broker.selectors import search_vocabulary, vocabulary
 from policies import Policy, PolicySyntaxError
 
 RECENT_EVENTS = 500
 RECENT_WINDOW = timedelta(days=7)
-NO_POLICY = "accept nothing (no policy yet)"
 
 
 @dataclass
@@ -60,12 +59,16 @@ def policy_effect(*, client_ids: set[int], new: Policy) -> PolicyEffect:
     """The effect of giving all of `client_ids` the policy `new`, over the most recent
     events (at most RECENT_EVENTS, of the last RECENT_WINDOW)."""
     events = _recent_events()
-    groups = current_policy_groups(client_ids)
+    words = vocabulary()
     effect = PolicyEffect(considered=len(events))
     with fresh_directory() as directory:
-        addressed = _Addressed(directory)
+        groups = [
+            (None if text is None else words.stored_policy(text), members)
+            for text, members in directory.policy_groups(client_ids).items()
+        ]
+        addressed = _Addressed(directory, groups)
         for event in events:
-            accepted, refused = _event_change(addressed(event), event, groups, new)
+            accepted, refused = _event_change(addressed, event, groups, new)
             if accepted:
                 effect.newly_accepted.append(EventChange(event, accepted))
             if refused:
@@ -79,37 +82,25 @@ def _recent_events() -> list[Event]:
     return list(query.order_by("-published_at")[:RECENT_EVENTS])
 
 
-def current_policy_groups(client_ids: set[int]) -> dict[str, set[int]]:
-    """{current canonical policy text (or NO_POLICY): its receivers among client_ids}."""
-    newest = (
-        PolicyVersion.objects.filter(client_id__in=client_ids)
-        .order_by("client_id", "-version")
-        .distinct("client_id")
-        .values_list("client_id", "canonical_text")
-    )
-    groups: dict[str, set[int]] = defaultdict(set)
-    for client_id, text in newest:
-        groups[text].add(client_id)
-    without = client_ids - set().union(*groups.values()) if groups else set(client_ids)
-    if without:
-        groups[NO_POLICY] = without
-    return groups
+def current_policy_groups(client_ids: set[int]) -> dict[str | None, set[int]]:
+    """{current canonical policy text (None: no policy yet): its receivers among
+    client_ids}, from the directory."""
+    with fresh_directory() as directory:
+        return directory.policy_groups(client_ids)
 
 
 def _event_change(
-    addressed: set[int] | None, event: Event, groups: dict[str, set[int]], new: Policy
+    addressed: _Addressed, event: Event, groups: list[tuple[Policy | None, set[int]]], new: Policy
 ) -> tuple[int, int]:
     """(receivers newly accepting, receivers newly refusing) `event`, of those its
-    selector `addressed` (None: all)."""
+    selector addressed."""
     now_accepts = new.accepts(event.sender_attributes, event.content)
     accepted = refused = 0
-    for text, members in groups.items():
-        old = _stored(text)
-        if old is not None and old.accepts(event.sender_attributes, event.content) == now_accepts:
+    for index, (old, _) in enumerate(groups):
+        was_accepting = old is not None and old.accepts(event.sender_attributes, event.content)
+        if was_accepting == now_accepts:
             continue
-        if old is None and not now_accepts:
-            continue
-        count = len(members) if addressed is None else len(members & addressed)
+        count = addressed.count(event, index)
         if now_accepts:
             accepted += count
         else:
@@ -118,27 +109,27 @@ def _event_change(
 
 
 class _Addressed:
-    """The clients an event's selector addresses (None: everyone), once per selector:
-    recent events mostly repeat a few selectors."""
+    """How many of a group's receivers an event's selector addresses, counted once per
+    selector and group: recent events mostly repeat a few selectors."""
 
-    def __init__(self, directory: Directory) -> None:
+    def __init__(self, directory: Directory, groups: list[tuple[Policy | None, set[int]]]):
         self.directory = directory
-        self.known: dict[str, set[int] | None] = {}
+        self.groups = groups
+        self.counts: dict[tuple[str, int], int] = {}
+        self.words = search_vocabulary()
 
-    def __call__(self, event: Event) -> set[int] | None:
-        text = event.selector.strip()
-        if text not in self.known:
-            self.known[text] = self._select(text)
-        return self.known[text]
+    def count(self, event: Event, group: int) -> int:
+        key = (event.selector.strip(), group)
+        if key not in self.counts:
+            self.counts[key] = self._count(*key)
+        return self.counts[key]
 
-    def _select(self, text: str) -> set[int] | None:
+    def _count(self, text: str, group: int) -> int:
+        members = self.groups[group][1]
         if not text:
-            return None
+            return len(members)
         try:
-            return self.directory.select(search_vocabulary().selector(text))
+            selected = self.directory.select(self.words.selector(text))
         except PolicySyntaxError:  # no longer types: it addresses no one now
-            return set()
-
-
-def _stored(text: str) -> Policy | None:
-    return None if text == NO_POLICY else vocabulary().stored_policy(text)
+            return 0
+        return len(members & selected)

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from broker.errors import BrokerError
 from broker.models import Client
-from broker.preview import NO_POLICY, current_policy_groups, policy_effect
+from broker.preview import current_policy_groups, policy_effect
 from broker.search import receivers_chosen
 from broker.selectors import vocabulary
 from broker.services.policies import MAX_POLICY_LENGTH, set_policies
@@ -39,8 +39,7 @@ class Target:
         """The current policy most of the receivers have: what the diff compares with."""
         if not self.current:
             return ""
-        text = self.current.most_common(1)[0][0]
-        return "" if text == NO_POLICY else text
+        return self.current.most_common(1)[0][0] or ""
 
 
 def _target(params: QueryDict) -> Target:
