@@ -26,6 +26,7 @@ REFUSALS_DATABASE = "audit"
 SHORT_TEXT = 200  # the actor and target columns
 LONG_TEXT = 20_000  # a policy's text fits
 MAX_DETAIL_DEPTH = 8
+MAX_LISTED_NAMES = 1000  # names an entry about many clients lists; the rest are counted
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,11 @@ def record_change(
         outcome=AuditEntry.Outcome.DONE,
         details=details or {},
     )
+
+
+def listed(names: list[str]) -> dict:
+    """Names for an entry's details: the first MAX_LISTED_NAMES, and how many more."""
+    return {"names": names[:MAX_LISTED_NAMES], "unlisted": max(0, len(names) - MAX_LISTED_NAMES)}
 
 
 @contextmanager

@@ -183,7 +183,7 @@ def issue_fleet_tokens(*, clients: list[Client], actor: Actor) -> dict[int, str]
             actor=actor,
             action="client.issue_fleet_tokens",
             target=f"clients:{len(clients)}",
-            details={"clients": [client.name for client in clients][:1000]},
+            details={"clients": [client.name for client in clients][: audit.MAX_LISTED_NAMES]},
         )
     return tokens
 
