@@ -75,6 +75,7 @@ class ClientPlan:
 
     @property
     def accepted(self) -> bool:
+        """Whether the operation applies to this client."""
         return self.refusal is None
 
 
@@ -89,14 +90,17 @@ class AttestationPlan:
 
     @property
     def accepted(self) -> list[ClientPlan]:
+        """The clients the operation applies to."""
         return [plan for plan in self.clients if plan.accepted]
 
     @property
     def refused(self) -> list[ClientPlan]:
+        """The clients it leaves alone, each with its reason."""
         return [plan for plan in self.clients if not plan.accepted]
 
     @property
     def counts(self) -> dict[str, int]:
+        """How many clients in all, accepted and refused."""
         accepted = len(self.accepted)
         return {"clients": len(self.clients), "accepted": accepted,
                 "refused": len(self.clients) - accepted}  # fmt: skip
