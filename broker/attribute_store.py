@@ -3,22 +3,33 @@ authority services."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
+from django.db import connection
 from django.utils import timezone
 
-from broker.models import AttributeValue, Client
+from broker.models import AttributeValue, Authority, Client
 
-UPDATED_ON_CONFLICT = [
-    "value",
-    "source",
-    "authority",
-    "set_at",
-    "expires_at",
-    "revoked_at",
-    "revoked_by",
-]
+# One statement for any number of clients: the same values for each listed client, an
+# upsert on the one value per client and attribute. SQL rather than bulk_create, which
+# builds a model instance per row: for a trust officer's 10,000 clients that was most
+# of the time spent.
+UPSERT_VALUES = f"""
+INSERT INTO {AttributeValue._meta.db_table}
+    (client_id, name, value, source, authority_id, set_at, expires_at, revoked_at,
+     revoked_by)
+SELECT client.id, given.key, given.value, %(source)s, %(authority)s, %(now)s,
+       %(expires_at)s, NULL, ''
+FROM unnest(%(clients)s::bigint[]) AS client(id)
+CROSS JOIN jsonb_each(%(values)s::jsonb) AS given
+ON CONFLICT (client_id, name) DO UPDATE SET
+    value = EXCLUDED.value, source = EXCLUDED.source, authority_id = EXCLUDED.authority_id,
+    set_at = EXCLUDED.set_at, expires_at = EXCLUDED.expires_at, revoked_at = NULL,
+    revoked_by = ''
+"""
 
 
 def write_values(
@@ -26,31 +37,35 @@ def write_values(
     values: Mapping[str, Any],
     *,
     source: str,
-    authority=None,
-    expires_at=None,
+    authority: Authority | None = None,
+    expires_at: datetime | None = None,
 ) -> None:
-    """Set the client's values, with their provenance, in one statement (an upsert on
-    the one value per client and attribute)."""
-    now = timezone.now()
-    AttributeValue.objects.bulk_create(
-        [
-            AttributeValue(
-                client=client,
-                name=name,
-                value=value,
-                source=source,
-                authority=authority,
-                set_at=now,
-                expires_at=expires_at,
-                revoked_at=None,
-                revoked_by="",
-            )
-            for name, value in values.items()
-        ],
-        update_conflicts=True,
-        unique_fields=["client", "name"],
-        update_fields=UPDATED_ON_CONFLICT,
+    """Set the client's values, with their provenance, in one statement."""
+    write_values_of_clients(
+        [client.pk], values, source=source, authority=authority, expires_at=expires_at
     )
+
+
+def write_values_of_clients(
+    client_ids: Iterable[int],
+    values: Mapping[str, Any],
+    *,
+    source: str,
+    authority: Authority | None = None,
+    expires_at: datetime | None = None,
+) -> None:
+    """Set the same values, with their provenance, on every listed client, in one
+    statement whatever their number."""
+    parameters = {
+        "clients": list(client_ids),
+        "values": json.dumps(dict(values)),
+        "source": source,
+        "authority": authority.pk if authority else None,
+        "now": timezone.now(),
+        "expires_at": expires_at,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(UPSERT_VALUES, parameters)
 
 
 def printable(values: Any) -> Any:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import islice
 from typing import Any
 
 from django.db import DatabaseError
@@ -27,7 +26,7 @@ REFUSALS_DATABASE = "audit"
 SHORT_TEXT = 200  # the actor and target columns
 LONG_TEXT = 20_000  # a policy's text fits
 MAX_DETAIL_DEPTH = 8
-AUDITED_NAMES = 1000  # an entry of a bulk change names this many clients at most
+MAX_LISTED_NAMES = 1000  # names an entry about many clients lists; the rest are counted
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +57,11 @@ def record_change(
         outcome=AuditEntry.Outcome.DONE,
         details=details or {},
     )
+
+
+def listed(names: list[str]) -> dict:
+    """Names for an entry's details: the first MAX_LISTED_NAMES, and how many more."""
+    return {"names": names[:MAX_LISTED_NAMES], "unlisted": max(0, len(names) - MAX_LISTED_NAMES)}
 
 
 @contextmanager
@@ -107,11 +111,6 @@ def record_refusal(
         )  # fmt: skip
         return None
     return entry
-
-
-def names_of(clients: Iterable[Any]) -> list[str]:
-    """The names a bulk change's entry lists (the first AUDITED_NAMES)."""
-    return [client.name for client in islice(clients, AUDITED_NAMES)]
 
 
 def storable(value: Any, depth: int = 0) -> Any:

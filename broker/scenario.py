@@ -115,6 +115,19 @@ class Scenario:
     grants: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
+def demo_keys(scenario: Scenario) -> dict:
+    """What the demo keeps so that the attestation API can be tried at once: each
+    authority's key and the grant keys of the clients that granted it, by client."""
+    authorities = {}
+    for authority in (scenario.trust_manager, scenario.inventory):
+        grants = {
+            client: key for (client, granted), key in scenario.grants.items()
+            if granted == authority.name
+        }  # fmt: skip
+        authorities[authority.name] = {"key": scenario.secrets[authority.name], "grants": grants}
+    return {"api": "/api/v1/clients/NAME/attestations", "authorities": authorities}
+
+
 def server_attributes(index: int, rng: random.Random) -> tuple[dict, dict]:
     """(self-stated, inventory-attested) attributes of the index-th web server."""
     software, versions = SOFTWARE[index % len(SOFTWARE)]

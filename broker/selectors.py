@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 
 from django.db import connection
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from broker.credentials import key_digest
 from broker.models import (
+    AttestationGrant,
     AttributeValue,
+    Authority,
     Client,
+    ClientModel,
     ClientToken,
     Delivery,
     EventAttribute,
@@ -37,6 +41,21 @@ def live_attribute_values(*, now=None) -> QuerySet[AttributeValue]:
     )
 
 
+def live_values_of(client_ids: Iterable[int], names: Iterable[str]) -> dict[int, dict]:
+    """{client id: {name: (value, expires_at)}} of the clients' live values of `names`,
+    whoever set them: one query for any number of clients."""
+    rows = live_attribute_values().filter(client_id__in=list(client_ids), name__in=list(names))
+    return _by_client(rows)
+
+
+def _by_client(rows: QuerySet[AttributeValue]) -> dict[int, dict]:
+    found = defaultdict(dict)
+    fields = ("client_id", "name", "value", "expires_at")
+    for client_id, name, value, expires_at in rows.values_list(*fields):
+        found[client_id][name] = (value, expires_at)
+    return found
+
+
 def live_values(client: Client, *, now=None) -> QuerySet[AttributeValue]:
     """The client's values that are neither revoked nor expired."""
     return live_attribute_values(now=now).filter(client=client)
@@ -51,6 +70,78 @@ def attested_attributes(client: Client, *, now=None) -> dict:
     """Only values an authority attested: what receivers' policies see as `sender.x`."""
     values = live_values(client, now=now).filter(source=AttributeValue.Source.AUTHORITY)
     return dict(values.values_list("name", "value"))
+
+
+# ---------------------------------------------------------------------------
+# Trust: authorities, the grants clients gave them and what they attested.
+
+
+def authorities_overview() -> QuerySet[Authority]:
+    """Every authority with `live_grants` (how many clients' grants stand) and its
+    capabilities (with their models) fetched: the trust page's list, in three queries."""
+    live = Count("grants", filter=Q(grants__revoked_at__isnull=True))
+    return (
+        Authority.objects.annotate(live_grants=live)
+        .prefetch_related("capabilities__model")
+        .order_by("name")
+    )
+
+
+def clients_granting(authority: Authority) -> QuerySet[Client]:
+    """The clients whose grant to `authority` stands: their consent to its attestations."""
+    granted = AttestationGrant.objects.filter(
+        client_id=OuterRef("pk"), authority=authority, revoked_at__isnull=True
+    )
+    return Client.objects.filter(Exists(granted))
+
+
+def granted_client_ids(
+    authority: Authority, client_ids: Iterable[int], *, lock: bool = False
+) -> set[int]:
+    """Which of `client_ids` have a grant to `authority` that stands. With `lock`, the
+    grants stay as read until commit (revoking one waits), for writes that rely on them."""
+    grants = AttestationGrant.objects.filter(
+        authority=authority, revoked_at__isnull=True, client_id__in=list(client_ids)
+    )
+    if lock:
+        grants = grants.select_for_update(no_key=True)
+    return set(grants.values_list("client_id", flat=True))
+
+
+def capabilities_by_model(authority: Authority) -> dict[int, set[str]]:
+    """{model id: names of that model's attributes `authority` may attest}."""
+    found = defaultdict(set)
+    for model_id, name in authority.capabilities.values_list("model_id", "name"):
+        found[model_id].add(name)
+    return found
+
+
+def declared_types_by_model(model_ids: Iterable[int]) -> dict[int, dict[str, str]]:
+    """{model id: {attribute name: type}}, as `declared_types` for many models at once."""
+    found = {model_id: {} for model_id in model_ids}
+    rows = ModelAttribute.objects.filter(model_id__in=list(found))
+    for model_id, name, type_name in rows.values_list("model_id", "name", "type"):
+        found[model_id][name] = type_name
+    return found
+
+
+def model_names(model_ids: Iterable[int]) -> dict[int, str]:
+    """{model id: its name}."""
+    return dict(ClientModel.objects.filter(pk__in=list(model_ids)).values_list("pk", "name"))
+
+
+def values_attested_by(
+    authority: Authority, client_ids: Iterable[int], names: Iterable[str] | None = None
+) -> dict[int, dict]:
+    """{client id: {name: (value, expires_at)}} of the values `authority` attested on
+    the clients and has not revoked (expired ones included: they can be renewed), of
+    `names` only if given."""
+    rows = AttributeValue.objects.filter(
+        authority=authority, revoked_at__isnull=True, client_id__in=list(client_ids)
+    )
+    if names is not None:
+        rows = rows.filter(name__in=list(names))
+    return _by_client(rows)
 
 
 def current_policy(client: Client) -> PolicyVersion | None:

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from console.env import ConfigurationError, env_int
-from launcher.demo_settings import default_data_dir, write_demo_settings
+from launcher.demo_settings import default_data_dir, demo_keys_file, write_demo_settings
 from launcher.embedded import EmbeddedPostgres, EmbeddedRedis
 from launcher.supervisor import Supervisor, listening_socket, say
 
@@ -145,14 +145,23 @@ def start_fleet(supervisor: Supervisor, env: dict[str, str], *, host: str, port:
     supervisor.start("fleet", argv, env)
 
 
-def prepare_console(env: dict[str, str]) -> tuple[str, str]:
-    """Migrate, collect static files, make sure of an admin and the scenario; return
-    the queues a worker must serve and what to tell about the admin's login."""
+def prepare_console(env: dict[str, str], data_dir: Path) -> tuple[str, str]:
+    """Migrate, collect static files, make sure of an admin and the scenario (its keys
+    kept in the data folder); return the queues a worker must serve and what to tell
+    about the admin's login."""
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "collectstatic", "--noinput", "-v", "0")
     admin = manage(env, "ensure_admin", capture=True)
-    manage(env, "load_scenario")
+    manage(env, "load_scenario", "--keys-file", str(demo_keys_file(data_dir)), capture=True)
     return "celery," + manage(env, "dispatcher_queues", capture=True), admin
+
+
+def where_the_keys_are(data_dir: Path) -> str:
+    """One line saying where the demo's authority and grant keys are, if they are known."""
+    path = demo_keys_file(data_dir)
+    if path.is_file():
+        return f"authority and grant keys for the attestation API: {path} (see README)"
+    return f"authority keys unknown: this database's scenario was loaded before {path} was kept"
 
 
 SERVING_TIMEOUT_S = 90.0
@@ -187,7 +196,7 @@ def command_run(args: argparse.Namespace) -> int:
     listener = None
     try:
         services.provide(env)
-        queues, admin = prepare_console(env)
+        queues, admin = prepare_console(env, data_dir)
         listener = start_console(
             supervisor, env, host=args.host, port=args.port, queues=queues,
             data_dir=data_dir, verbose=args.verbose,
@@ -198,6 +207,7 @@ def command_run(args: argparse.Namespace) -> int:
         # Said last, once the processes' start-up lines are out, so that it stays in view.
         wait_until_serving(args.host, args.port)
         say(f"management commands beside it: .venv/bin/python manage.py ... (reads {environment})")
+        say(where_the_keys_are(data_dir))
         say(admin)
         say(f"console at http://{args.host}:{args.port}/  (Ctrl-C stops everything)")
         supervisor.wait()

@@ -1,13 +1,17 @@
 """The running demo's settings, left in its data folder by `./run` and read by
 `manage.py`, so that management commands work beside the demo with nothing to copy by
-hand. Standard library only: manage.py reads it before Django is set up."""
+hand; and the demo's keys, kept there when its scenario is loaded so that the
+attestation API can be tried at once. Standard library only: manage.py reads it before
+Django is set up."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 FILE_NAME = "environment"
+KEYS_FILE_NAME = "keys.json"
 SHARED_VARIABLES = ("SECRET_KEY", "DATABASE_URL", "REDIS_URL")
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,9 +23,29 @@ def default_data_dir() -> Path:
 
 def write_demo_settings(data_dir: Path, env: dict[str, str]) -> Path:
     """Write the settings the processes of this run use; return the file."""
-    path = data_dir / FILE_NAME
-    path.write_text("".join(f"{name}={env[name]}\n" for name in SHARED_VARIABLES))
-    path.chmod(0o600)  # it holds the secret key
+    text = "".join(f"{name}={env[name]}\n" for name in SHARED_VARIABLES)
+    return write_private(data_dir / FILE_NAME, text)  # it holds the secret key
+
+
+def demo_keys_file(data_dir: Path | None = None) -> Path:
+    """Where the demo's authority and grant keys are kept."""
+    return (data_dir or default_data_dir()) / KEYS_FILE_NAME
+
+
+def write_demo_keys(path: Path, keys: dict) -> Path:
+    """Keep the demo's keys (shown once by the services, stored only as digests) in
+    `path`, readable by the user alone."""
+    return write_private(path, json.dumps(keys, indent=2) + "\n")
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Write `text` to `path`, readable and writable by the user alone from the first
+    byte (a file that was there keeps its old mode through a rewrite: it is set again)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(text)
     return path
 
 

@@ -54,6 +54,58 @@ def authenticate_authority(key: str) -> Authority:
     return authority
 
 
+def rotate_authority_key(*, authority: Authority, actor: Actor) -> str:
+    """Give `authority` a new key and return it, once; the old key stops working at
+    once (only the new key's digest is stored)."""
+    key = new_secret("sna")
+    with transaction.atomic():
+        Authority.objects.filter(pk=authority.pk).update(key_hash=key_digest(key))
+        audit.record_change(
+            actor=actor, action="authority.rotate_key", target=f"authority:{authority.name}"
+        )
+    authority.key_hash = key_digest(key)
+    return key
+
+
+def set_authority_active(*, authority: Authority, active: bool, actor: Actor) -> None:
+    """Enable or disable `authority`: a disabled one cannot log in with its key, and
+    officers cannot attest or renew on its behalf (its values stand until revoked)."""
+    with transaction.atomic():
+        before = Authority.objects.select_for_update().get(pk=authority.pk).is_active
+        Authority.objects.filter(pk=authority.pk).update(is_active=active)
+        audit.record_change(
+            actor=actor,
+            action="authority.set_active",
+            target=f"authority:{authority.name}",
+            details={"before": before, "after": active},
+        )
+    authority.is_active = active
+
+
+def set_capabilities(
+    *, authority: Authority, capabilities: Iterable[ModelAttribute], actor: Actor
+) -> None:
+    """Replace the attributes `authority` may attest. Values it attested under a
+    capability it loses stand until revoked; it can set no new ones."""
+    capabilities = list(capabilities)
+    with transaction.atomic():
+        # The bulk attestations lock this row too: none of them runs on the old set.
+        Authority.objects.select_for_update().filter(pk=authority.pk).first()
+        before = _capability_names(authority)
+        authority.capabilities.set(capabilities)
+        audit.record_change(
+            actor=actor,
+            action="authority.set_capabilities",
+            target=f"authority:{authority.name}",
+            details={"before": before, "after": _capability_names(authority)},
+        )
+
+
+def _capability_names(authority: Authority) -> list[str]:
+    rows = authority.capabilities.values_list("model__name", "name")
+    return sorted(f"{model}.{name}" for model, name in rows)
+
+
 def grant_authority(*, client: Client, authority: Authority, actor: Actor) -> str:
     """The client lets `authority` attest its attributes; return the grant key, once."""
     key = new_secret("sng")
@@ -113,7 +165,7 @@ def attest_attributes(
         _check_grant(authority, client, grant_key)
         checked = check_values(declared_types(client), values)
         _check_capabilities(authority, client, checked)
-        _check_expiry(expires_at)
+        check_expiry(expires_at)
     with transaction.atomic():
         write_values(
             client,
@@ -152,7 +204,8 @@ def _check_capabilities(authority: Authority, client: Client, values: Mapping[st
         )
 
 
-def _check_expiry(expires_at: datetime | None) -> None:
+def check_expiry(expires_at: datetime | None) -> None:
+    """Refuse an expiry that has already passed."""
     if expires_at is not None and expires_at <= timezone.now():
         raise InvalidInput("the attestation would already have expired", field="expires_at")
 

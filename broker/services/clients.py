@@ -183,7 +183,7 @@ def issue_fleet_tokens(*, clients: list[Client], actor: Actor) -> dict[int, str]
             actor=actor,
             action="client.issue_fleet_tokens",
             target=f"clients:{len(clients)}",
-            details={"clients": [client.name for client in clients][:1000]},
+            details={"clients": [client.name for client in clients][: audit.MAX_LISTED_NAMES]},
         )
     return tokens
 
@@ -232,7 +232,7 @@ def revoke_tokens_of(*, clients: list[Client], actor: Actor) -> int:
             actor=actor,
             action="client.revoke_tokens",
             target=f"clients:{len(ids)}",
-            details={"revoked": count, "clients": audit.names_of(clients)},
+            details={"revoked": count, "clients": audit.listed([c.name for c in clients])},
         )
         transaction.on_commit(lambda: notify.end_sessions_of(ids), robust=True)
     return count
@@ -249,9 +249,9 @@ def set_clients_active(*, clients: list[Client], active: bool, actor: Actor) -> 
             actor=actor,
             action=action,
             target=f"clients:{len(changing)}",
-            details={"clients": audit.names_of(changing)},
+            details={"clients": audit.listed([c.name for c in changing])},
         )
-        tree_changes.clients_changed(tree_changes.leaves_of(changing))
+        tree_changes.clients_changed(changing)
         if not active:
             ids = [client.pk for client in changing]
             transaction.on_commit(lambda: notify.end_sessions_of(ids), robust=True)

@@ -80,9 +80,9 @@ def set_policies(
         audit.record_change(
             actor=actor, action="policy.set", target=target,
             details={"policy": canonical, "selection": selection,
-                     "clients": audit.names_of(clients)},
+                     "clients": audit.listed([c.name for c in clients])},
         )  # fmt: skip
-        tree_changes.clients_changed(tree_changes.leaves_of(clients))
+        tree_changes.clients_changed(clients)
     return versions
 
 

@@ -76,7 +76,7 @@ def test_an_operator_revokes_the_tokens_of_all_matching_clients_after_confirming
     as_operator.post(reverse("fleet-bulk"), {**data, "confirm": "yes"})
     assert ClientToken.objects.filter(revoked_at__isnull=False).count() == 15
     entry = AuditEntry.objects.filter(action="client.revoke_tokens").get()
-    assert entry.actor == "user:olivia" and len(entry.details["clients"]) == 15
+    assert entry.actor == "user:olivia" and len(entry.details["clients"]["names"]) == 15
 
 
 def test_deactivated_clients_show_as_inactive(as_operator, fleet):

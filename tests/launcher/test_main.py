@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -192,6 +193,18 @@ def console_run(tmp_path_factory):
             output.process.kill()
         redis_server.stop()
         postgres.stop()
+
+
+def test_the_run_says_where_the_demo_keys_are_before_the_password_and_address(console_run):
+    said = console_run.output.matching(r"^\[launcher\] ")
+    keys_line = next(line for line in said if "keys for the attestation API" in line)
+    path = Path(re.search(r"API: (\S+)", keys_line)[1])
+    assert path.name == "keys.json" and path.parent.name == "data"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert json.loads(path.read_text())["authorities"]["trust-manager"]["key"].startswith("sna_")
+    # The admin's password and the address stay last.
+    assert said.index(keys_line) < len(said) - 2
+    assert "with password" in said[-2] and "console at" in said[-1]
 
 
 def test_a_killed_web_process_is_restarted_on_the_same_listening_socket(console_run):

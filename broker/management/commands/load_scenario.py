@@ -1,15 +1,17 @@
 """Load the worm-response scenario (SCENARIO.md) once, for the demo and the benches."""
 
 import time
+from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
 from broker.models import ClientModel
-from broker.scenario import bulk_add_web_servers, load_scenario
+from broker.scenario import bulk_add_web_servers, demo_keys, load_scenario
+from launcher.demo_settings import demo_keys_file, write_demo_keys
 
 
 class Command(BaseCommand):
-    help = "Create the scenario's models, authorities, controllers and web servers, once."
+    help = "Create the scenario's models, authorities, controllers and web servers."
 
     def add_arguments(self, parser):
         parser.add_argument("--servers", type=int, default=40, help="web servers to create")
@@ -19,26 +21,34 @@ class Command(BaseCommand):
             help="add the web servers with COPY (100,000 in about a minute), and add "
             "the missing ones to a scenario already loaded",
         )
+        parser.add_argument(
+            "--keys-file",
+            type=Path,
+            default=None,
+            help=f"where to keep the keys (default: {demo_keys_file()})",
+        )
 
-    def handle(self, *args, servers: int, bulk: bool, **options):
+    def handle(self, *args, servers: int, bulk: bool, keys_file: Path | None, **options):
         loaded = ClientModel.objects.filter(name="web-server").exists()
-        if bulk:
-            self._load_in_bulk(servers, loaded=loaded)
-        elif loaded:
-            self.stdout.write("The scenario is already loaded.")
-        else:
-            scenario = load_scenario(servers=servers)
-            self.stdout.write(
-                self.style.SUCCESS(
-                    f"Loaded the scenario: {len(scenario.controllers)} controllers, "
-                    f"{len(scenario.servers)} web servers, 2 authorities."
-                )
-            )
-
-    def _load_in_bulk(self, servers: int, *, loaded: bool) -> None:
-        started = time.monotonic()
         if not loaded:
-            load_scenario(servers=0)
+            self._load(servers=0 if bulk else servers, keys_file=keys_file)
+        elif not bulk:
+            self.stdout.write("The scenario is already loaded.")
+        if bulk:
+            self._load_in_bulk(servers)
+
+    def _load(self, *, servers: int, keys_file: Path | None) -> None:
+        scenario = load_scenario(servers=servers)
+        path = write_demo_keys(keys_file or demo_keys_file(), demo_keys(scenario))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Loaded the scenario: {len(scenario.controllers)} controllers, "
+                f"{len(scenario.servers)} web servers, 2 authorities; their keys are in {path}."
+            )
+        )
+
+    def _load_in_bulk(self, servers: int) -> None:
+        started = time.monotonic()
         added = bulk_add_web_servers(servers)
         self.stdout.write(
             self.style.SUCCESS(
