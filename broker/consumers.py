@@ -30,12 +30,15 @@ from broker.selectors import (
     position_after_delivery,
     stream_of,
 )
-from broker.services import agents
+from broker.services import agents, presence
 
 # Database work runs in a thread pool: Channels' default (one thread for every
 # consumer of the process) would queue a whole fleet behind each query.
 in_thread = partial(database_sync_to_async, thread_sensitive=False)
 logger = logging.getLogger(__name__)
+# Presence writes running in the background: kept here so that they are not collected
+# before they finish (the event loop holds tasks only weakly).
+_presence_writes: set[asyncio.Task] = set()
 
 
 class AgentConsumer(AsyncWebsocketConsumer):
@@ -47,11 +50,16 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.bucket = protocol.TokenBucket()
         self.refused_frames = 0
         self.stalled: tuple[int, float] | None = None  # (confirmed position, since when)
+        self.session_recorded = False
+        self.last_presence_write: asyncio.Task | None = None
+        self.seen_at = 0.0  # time.monotonic() of the last presence write
         await self.accept()
         self.login_deadline = asyncio.create_task(self._close_unless_logged_in())
 
     async def disconnect(self, code: int) -> None:
         self.login_deadline.cancel()
+        if self.session_recorded:
+            self._record_presence(presence.session_closed)
         if self.client is not None:
             await self.channel_layer.group_discard(client_group(self.client.id), self.channel_name)
 
@@ -143,6 +151,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
             self.client = self.actor = None
             raise
         self.login_deadline.cancel()
+        self.session_recorded = True
+        self._record_presence(presence.session_opened, peer=peer)
 
     async def _start_session(self, ref: Any, after: int | None, legacy_after: int | None):
         if after is None and legacy_after is not None:
@@ -234,6 +244,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         return {"type": "ok"}
 
     async def on_received(self, request: Request) -> dict | None:
+        self._seen()
         position = request.require(
             "position", int, "a whole number, the last position the agent has"
         )
@@ -277,8 +288,36 @@ class AgentConsumer(AsyncWebsocketConsumer):
         await self._replay(_after_position(request, required=True), request.ref)
 
     async def on_heartbeat(self, request: Request) -> dict:
+        self._seen()
         now = datetime.now(UTC).isoformat(timespec="milliseconds")
         return {"type": "heartbeat", "server_time": now}
+
+    # Presence (broker.services.presence) ------------------------------------------------
+
+    def _seen(self) -> None:
+        """Heard from the agent: written at most every PRESENCE_REFRESH_S per session
+        (the service also skips rows another session refreshed)."""
+        if time.monotonic() - self.seen_at >= settings.PRESENCE_REFRESH_S:
+            self._record_presence(presence.seen)
+
+    def _record_presence(self, write, **arguments) -> None:
+        """Run `write` for this client in the background, after this session's previous
+        presence write (so a close never overtakes its open). A failure is logged: the
+        session neither waits for its presence nor ends because of it."""
+        self.seen_at = time.monotonic()
+        previous, client_id = self.last_presence_write, self.client.id
+
+        async def run() -> None:
+            if previous is not None:
+                await previous
+            try:
+                await in_thread(write)(client_id=client_id, **arguments)
+            except Exception:
+                logger.exception("recording the presence of client %s failed", client_id)
+
+        task = self.last_presence_write = asyncio.create_task(run())
+        _presence_writes.add(task)
+        task.add_done_callback(_presence_writes.discard)
 
     # Channel-layer messages ---------------------------------------------------------
 

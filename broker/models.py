@@ -182,9 +182,43 @@ class AttributeValue(models.Model):
                 name="authority_iff_attested",
             ),
         ]
+        indexes = [
+            # Finds the values that expired since the last look (broker.expire_attributes).
+            models.Index(
+                fields=["expires_at"],
+                condition=Q(expires_at__isnull=False),
+                name="expiring_attribute_value",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name}={self.value!r} ({self.source})"
+
+
+class AgentPresence(models.Model):
+    """Whether and when a client's agent is connected: one row per client that ever
+    logged in, written by the agent socket (broker.services.presence).
+
+    `sessions` counts open sockets (an agent may hold several with its tokens). A web
+    process that is killed never closes its sessions, so the count alone does not say
+    "connected": broker.selectors.is_connected also wants a recent `last_seen_at`.
+    """
+
+    client = models.OneToOneField(
+        Client, on_delete=models.CASCADE, primary_key=True, related_name="presence"
+    )
+    sessions = models.PositiveIntegerField(default=0)
+    connected_since = models.DateTimeField(null=True, blank=True)  # null: no session open
+    last_seen_at = models.DateTimeField()
+    last_peer = models.CharField(max_length=64, blank=True, default="")  # host:port
+    # Any write moves it, so that a reader can fetch the rows changed since a moment.
+    updated_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        verbose_name_plural = "agent presences"
+
+    def __str__(self) -> str:
+        return f"presence of {self.client_id}: {self.sessions} session(s)"
 
 
 class PolicyVersion(models.Model):

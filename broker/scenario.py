@@ -300,7 +300,9 @@ def _bulk_add_chunk(shared: _BulkCast, servers: list[tuple[dict, dict]]) -> None
         _value_rows(shared, ids, servers, now),
     )
     _copy_grants_and_policies(shared, ids, now)
-    tree_changes.clients_changed({ids[name]: leaf for name, leaf in leaves.items()})
+    tree_changes.clients_changed(
+        Client(pk=ids[name], dispatcher_id=leaf) for name, leaf in leaves.items()
+    )
     audit.record_change(
         actor=SETUP,
         action="scenario.add_web_servers",

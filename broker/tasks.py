@@ -54,3 +54,11 @@ def expire_deliveries():
     from broker.services.deliveries import expire_unconfirmed
 
     expire_unconfirmed()
+
+
+@shared_task(name="broker.expire_attributes")
+def expire_attributes():
+    """Periodic: the leaves of clients whose attested values expired reload them."""
+    from broker.services.authorities import announce_expirations_since_last_run
+
+    announce_expirations_since_last_run()

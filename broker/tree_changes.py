@@ -18,11 +18,7 @@ from broker.models import Client, ClientChange
 
 def client_changed(client: Client) -> None:
     """Log the change for the client's leaf and wake that leaf after commit."""
-    if client.dispatcher_id is None:
-        return
-    change = ClientChange.objects.create(client=client, dispatcher_id=client.dispatcher_id)
-    # robust: a failed wake-up (Redis down) must not fail a change that is committed.
-    transaction.on_commit(lambda: _enqueue(change.dispatcher_id), robust=True)
+    clients_changed([client])
 
 
 # One statement for any number of clients (bulk_create builds a model instance per row,
@@ -35,18 +31,21 @@ FROM unnest(%(clients)s::bigint[], %(dispatchers)s::bigint[])
 """
 
 
-def clients_changed(clients: Iterable[Client]) -> None:
+def clients_changed(clients: Iterable[Client]) -> int:
     """`client_changed` for many clients (anything with `pk` and `dispatcher_id`): one
-    statement logs all their changes, and each leaf is woken once after commit."""
+    statement logs all their changes, and each leaf is woken once after commit (a
+    failed wake-up, Redis down, must not fail a change that is committed). Returns how
+    many changes were logged: those of clients attached to a leaf."""
     attached = [(c.pk, c.dispatcher_id) for c in clients if c.dispatcher_id is not None]
     if not attached:
-        return
+        return 0
     client_ids, dispatcher_ids = map(list, zip(*attached, strict=True))
     parameters = {"clients": client_ids, "dispatchers": dispatcher_ids, "now": timezone.now()}
     with connection.cursor() as cursor:
         cursor.execute(LOG_CHANGES, parameters)
     for dispatcher_id in set(dispatcher_ids):
         transaction.on_commit(lambda d=dispatcher_id: _enqueue(d), robust=True)
+    return len(attached)
 
 
 def _enqueue(dispatcher_id: int) -> None:

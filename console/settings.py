@@ -8,6 +8,7 @@ DATABASE_URL and REDIS_URL to private embedded servers when they are not given.
 from pathlib import Path
 
 from console.env import (
+    ConfigurationError,
     celery_broker_url_for,
     check_redis_url,
     env_bool,
@@ -213,6 +214,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     "sweep": {"task": "broker.sweep", "schedule": 5.0},
     "expire-deliveries": {"task": "broker.expire_deliveries", "schedule": 5.0},
+    "expire-attributes": {"task": "broker.expire_attributes", "schedule": 5.0},
 }
 
 # Agents (broker/consumers.py) must log in this soon after connecting.
@@ -222,6 +224,16 @@ AGENT_HEARTBEAT_S = env_int("AGENT_HEARTBEAT_S", 10, minimum=1)
 # An agent that confirms the same position, short of its stream's end, for this long is
 # sent the rest again (docs/protocol.md, "The delivery contract").
 AGENT_REDELIVER_AFTER_S = env_int("AGENT_REDELIVER_AFTER_S", 5, minimum=1)
+# A session's "last seen" is written at most this often (a fleet of 100,000 heartbeating
+# every AGENT_HEARTBEAT_S would otherwise write thousands of rows a second); a client
+# not seen for three times this long counts as disconnected (broker.selectors).
+PRESENCE_REFRESH_S = env_int("PRESENCE_REFRESH_S", 30, minimum=1)
+if AGENT_HEARTBEAT_S >= 2 * PRESENCE_REFRESH_S:
+    # Idle agents would be seen too rarely to stay within the 3x window.
+    raise ConfigurationError(
+        f"PRESENCE_REFRESH_S must be more than half of AGENT_HEARTBEAT_S "
+        f"({AGENT_HEARTBEAT_S}), got {PRESENCE_REFRESH_S}."
+    )
 
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
 

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -63,18 +65,27 @@ def wait_for_http(url: str, process: subprocess.Popen) -> None:
     raise RuntimeError(f"server did not answer {url} in time")
 
 
-@pytest.fixture(scope="session")
-def asgi_server(django_db_setup, django_db_blocker) -> str:
-    """A real Daphne process serving the console (HTTP and WebSocket) on a free port."""
+@contextmanager
+def daphne_serving(env: dict[str, str] | None = None) -> Iterator[str]:
+    """A real Daphne process serving the console (HTTP and WebSocket) on a free port,
+    with `env` added to its environment; yields its base URL."""
     port = free_port()
     argv = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
-    process = subprocess.Popen(argv, env=environment_for_test_database(), cwd=ROOT)
+    environment = {**environment_for_test_database(), **(env or {})}
+    process = subprocess.Popen(argv, env=environment, cwd=ROOT)
     base_url = f"http://127.0.0.1:{port}"
     try:
         wait_for_http(f"{base_url}/login/", process)
         yield base_url
     finally:
         stop_process(process)
+
+
+@pytest.fixture(scope="session")
+def asgi_server(django_db_setup, django_db_blocker) -> str:
+    """A real Daphne process serving the console, shared by the tests that need one."""
+    with daphne_serving() as base_url:
+        yield base_url
 
 
 class WorkerProcess:

@@ -4,9 +4,10 @@ attestations they make."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -224,4 +225,38 @@ def revoke_attestation(*, authority: Authority, client: Client, names: Iterable[
             details={"names": names, "revoked": count},
         )
         tree_changes.client_changed(client)
+    return count
+
+
+# Expiry: an attested value stops being live at its `expires_at` without any write, so
+# nothing would tell the leaves, whose matchers keep what they last loaded.
+EXPIRY_CHECKED_THROUGH = "broker:attestations-expired-through"  # cache key
+# Each run looks again this far before the last one's end: a run that overlapped a
+# slow one, or a worker whose clock is a little behind, gets a second notice.
+EXPIRY_OVERLAP = timedelta(seconds=10)
+# Without a record of the last run (the first one, or Redis lost it), look this far back.
+EXPIRY_FIRST_LOOK_BACK = timedelta(days=1)
+
+
+def announce_expired_attestations(*, after: datetime, through: datetime) -> int:
+    """Log a change for every client with a value that expired in (after, through]
+    and was not revoked (revoking logged one already), so that its leaf reloads it;
+    return how many. Not audited: nothing changes but the time, and the expiry was
+    audited with the attestation."""
+    expired = AttributeValue.objects.filter(
+        expires_at__gt=after, expires_at__lte=through, revoked_at__isnull=True
+    )
+    clients = Client.objects.filter(pk__in=expired.values("client_id"), dispatcher__isnull=False)
+    with transaction.atomic():
+        only_ids = clients.only("pk", "dispatcher_id")
+        return tree_changes.clients_changed(only_ids)
+
+
+def announce_expirations_since_last_run() -> int:
+    """`announce_expired_attestations` from the last run's end (less the overlap) to
+    now; run again, it only repeats the overlap."""
+    now = timezone.now()
+    last = cache.get(EXPIRY_CHECKED_THROUGH) or now - EXPIRY_FIRST_LOOK_BACK
+    count = announce_expired_attestations(after=last - EXPIRY_OVERLAP, through=now)
+    cache.set(EXPIRY_CHECKED_THROUGH, now, timeout=None)
     return count

@@ -104,6 +104,7 @@ def run_manage_check(**overrides: str) -> subprocess.CompletedProcess:
         ("REDIS_URL", "http://localhost"),
         ("LOG_LEVEL", "chatty"),
         ("SPARK_MASTER", ""),
+        ("PRESENCE_REFRESH_S", "0"),
     ],
 )
 def test_start_up_stops_with_a_message_naming_the_malformed_variable(variable, value):
@@ -114,6 +115,12 @@ def test_start_up_stops_with_a_message_naming_the_malformed_variable(variable, v
         return
     assert result.returncode == 2
     assert result.stderr.startswith(f"Configuration error: {variable}")
+
+
+def test_a_presence_refresh_too_short_for_the_heartbeat_is_refused():
+    result = run_manage_check(AGENT_HEARTBEAT_S="10", PRESENCE_REFRESH_S="5")
+    assert result.returncode == 2
+    assert result.stderr.startswith("Configuration error: PRESENCE_REFRESH_S must be more")
 
 
 def test_start_up_without_a_secret_key_says_so():
