@@ -140,10 +140,13 @@ def client_rows(client_ids: list[int]) -> list[dict]:
     ]
 
 
-def receivers_chosen(*, client_name: str = "", selector_text: str = "") -> list[int]:
-    """Ids of the receivers a policy is saved to: one client by name, or every client
-    the selector selects that can receive; raises PolicySyntaxError for a bad selector
-    and LookupError for an unknown name."""
+def receivers_chosen(
+    *, client_name: str = "", selector_text: str = "", receivers_only: bool = True
+) -> list[int]:
+    """Ids of the clients an operation is for (a policy's receivers, an attestation's
+    clients): one client by name, or every client the selector selects (that can
+    receive, with `receivers_only`); raises PolicySyntaxError for a bad selector and
+    LookupError for an unknown name."""
     if client_name:
         found = Client.objects.filter(name=client_name).values_list("id", flat=True).first()
         if found is None:
@@ -152,4 +155,4 @@ def receivers_chosen(*, client_name: str = "", selector_text: str = "") -> list[
     with fresh_directory() as directory:
         ids = directory.select(parse_search(selector_text))
         entries = directory.entries
-        return sorted(i for i in ids if entries[i].can_receive)
+        return sorted(i for i in ids if entries[i].can_receive or not receivers_only)

@@ -350,7 +350,7 @@ def revoke_for_clients(
             names = _checked_names(names, required=True)
         _locked(authority)
         plan = _revocation_plan(authority, clients, names)
-        _attested_rows(authority, plan).update(revoked_at=timezone.now())
+        _attested_rows(authority, plan).update(revoked_at=timezone.now(), revoked_by=str(actor))
         _record(plan, actor, clients, names=names)
     return plan
 

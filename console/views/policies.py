@@ -14,7 +14,7 @@ from broker.errors import BrokerError
 from broker.models import Client
 from broker.preview import current_policy_groups, policy_effect
 from broker.search import receivers_chosen
-from broker.selectors import vocabulary
+from broker.selectors import current_policy, vocabulary
 from broker.services.policies import MAX_POLICY_LENGTH, set_policies
 from console.access import actor_of, requires
 from console.diffs import policy_diff
@@ -33,13 +33,7 @@ class Target:
     ids: list[int] = field(default_factory=list)
     error: str = ""
     current: Counter = field(default_factory=Counter)
-
-    @property
-    def baseline(self) -> str:
-        """The current policy most of the receivers have: what the diff compares with."""
-        if not self.current:
-            return ""
-        return self.current.most_common(1)[0][0] or ""
+    baseline: str = ""  # the policy most of them have, as its author wrote it
 
 
 def _target(params: QueryDict) -> Target:
@@ -54,6 +48,9 @@ def _target(params: QueryDict) -> Target:
         return target
     groups = current_policy_groups(set(target.ids))
     target.current = Counter({text: len(members) for text, members in groups.items()})
+    commonest = max(groups.items(), key=lambda item: len(item[1]), default=(None, set()))
+    if commonest[0] is not None:
+        target.baseline = current_policy(Client(pk=min(commonest[1]))).text
     return target
 
 

@@ -2,7 +2,6 @@
 and revokes for many clients at once on an authority's behalf: only where the client's
 grant stands and the authority may set the value, all in one transaction, audited."""
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -36,7 +35,6 @@ from broker.services.trust import (
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 OFFICER = Actor("user", "trudy")
 SCALE_CLIENTS = 10_000
-SCALE_SECONDS = 10.0  # "a few seconds" on two shared cores, with room
 
 
 @pytest.fixture
@@ -245,21 +243,18 @@ def test_the_plan_and_its_application_read_as_many_queries_for_100_clients_as_fo
     assert counts[0][0] <= 6
 
 
-def test_ten_thousand_clients_are_planned_and_attested_in_seconds(scenario):
+def test_ten_thousand_clients_are_attested_in_one_go(scenario):
+    # How fast is the business of bench/console.py; this says that it works at scale.
     controllers = granting_controllers(scenario, SCALE_CLIENTS)
     trust = scenario.trust_manager
 
-    started = time.monotonic()
     plan = attest_for_clients(
         authority=trust, clients=clients_granting(trust), values={"trust": 2, "scope": "local"},
         expires_at=in_days(90), actor=OFFICER,
     )  # fmt: skip
-    took = time.monotonic() - started
 
-    print(f"attested for {plan.counts['accepted']} clients in {took:.2f} s")
     assert plan.counts["accepted"] == SCALE_CLIENTS + len(scenario.controllers)
     assert ClientChange.objects.filter(client__in=controllers).count() == SCALE_CLIENTS
-    assert took < SCALE_SECONDS
 
 
 def granting_controllers(scenario, count: int) -> list[Client]:
