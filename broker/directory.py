@@ -17,16 +17,30 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 from broker.dispatch.state import snapshot_xmin
-from broker.models import Client, ClientChange, Dispatcher, PolicyVersion
-from broker.selectors import live_attribute_values
+from broker.models import AgentPresence, Client, ClientChange, Dispatcher, PolicyVersion
+from broker.selectors import is_connected, live_attribute_values
 from policies import Matcher, Policy, Selector
 from policies.expressions import Always
 
 # The directory selects; it never decides acceptance, so every client shares one policy.
 NO_POLICY = Policy(Always(False))
 ENTRY_FIELDS = ("id", "name", "model__name", "can_send", "can_receive", "is_active")
+
+
+class Seen(NamedTuple):
+    """A client's presence, as `selectors.is_connected` reads it."""
+
+    sessions: int
+    last_seen_at: datetime
+
+
+SEEN_FIELDS = ("client_id", "sessions", "last_seen_at", "updated_at")
+PRESENCE_OVERLAP = timedelta(seconds=30)
+NEVER = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -49,9 +63,12 @@ class Directory:
         self.matcher = Matcher()
         self.entries: dict[int, Entry] = {}
         self.policies: dict[int, str] = {}
+        self.presence: dict[int, Seen] = {}
+        self._presence_read_to: datetime | None = None
         self._by_name: list[tuple[str, int]] = []
         self.horizon = snapshot_xmin()
         self._reload(list(Client.objects.values_list("id", flat=True)))
+        self.refresh_presence()
 
     def refresh(self) -> set[int]:
         """Apply the changes not surely seen before; return the changed client ids."""
@@ -65,7 +82,27 @@ class Directory:
         self.horizon = horizon
         if changed:
             self._reload(changed)
+        self.refresh_presence()
         return changed
+
+    def refresh_presence(self) -> None:
+        """Read the presence rows written since the last read (all, the first time)."""
+        rows = AgentPresence.objects.order_by("updated_at")
+        if self._presence_read_to is not None:
+            # A write's time is its transaction's start: ask again from a little before.
+            rows = rows.filter(updated_at__gte=self._presence_read_to - PRESENCE_OVERLAP)
+        for client_id, sessions, last_seen_at, updated_at in rows.values_list(*SEEN_FIELDS):
+            self.presence[client_id] = Seen(sessions, last_seen_at)
+            self._presence_read_to = updated_at
+
+    def connected(self, client_id: int, now: datetime) -> bool:
+        """Whether the client's agent is connected now (selectors.is_connected)."""
+        return is_connected(self.presence.get(client_id), now)
+
+    def last_seen(self, client_id: int) -> datetime | None:
+        """When the client's agent was last seen (None: never)."""
+        seen = self.presence.get(client_id)
+        return None if seen is None else seen.last_seen_at
 
     def select(self, selector: Selector | None) -> set[int]:
         """Ids of the clients the selector selects (all of them for None)."""
@@ -75,10 +112,14 @@ class Directory:
         """`ids` by name, or by model then name; a leading '-' reverses."""
         descending = order.startswith("-")
         if order.lstrip("-") == "model":
-            key = self._model_key
-            return iter(sorted(ids, key=key, reverse=descending))
+            return iter(sorted(ids, key=self._model_key, reverse=descending))
+        if order.lstrip("-") == "last_seen":
+            return iter(sorted(ids, key=self._seen_key, reverse=descending))
         names = reversed(self._by_name) if descending else iter(self._by_name)
         return (client_id for _, client_id in names if client_id in ids)
+
+    def _seen_key(self, client_id: int) -> tuple[datetime, str]:
+        return self.last_seen(client_id) or NEVER, self.entries[client_id].name
 
     def _model_key(self, client_id: int) -> tuple[str, str]:
         entry = self.entries[client_id]
@@ -149,6 +190,7 @@ class Directory:
     def _forget(self, client_id: int) -> None:
         entry = self.entries.pop(client_id, None)
         self.policies.pop(client_id, None)
+        self.presence.pop(client_id, None)
         if entry is not None:
             self._by_name.remove((entry.name, client_id))
             self.matcher.remove(client_id)

@@ -4,12 +4,23 @@ read the fleet through here, so a bulk action acts on exactly the clients shown.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
 from typing import Any
+
+from django.utils import timezone
 
 from broker.directory import Directory, fresh_directory
 from broker.models import Client
-from broker.selectors import live_attribute_values, search_vocabulary
+from broker.selectors import (
+    LAST_SEEN_BUCKETS,
+    is_connected,
+    last_seen_bucket,
+    live_attribute_values,
+    search_vocabulary,
+)
 from policies import PolicySyntaxError, Selector
 from policies.types import format_literal
 
@@ -17,7 +28,8 @@ from policies.types import format_literal
 FACET_ATTRIBUTES = ("software", "version", "region", "organization", "cgi")
 MAX_FACET_VALUES = 12
 PAGE_SIZE = 50
-ORDERS = ("name", "-name", "model", "-model")
+ORDERS = ("name", "-name", "model", "-model", "last_seen", "-last_seen")
+CONNECTED, NOT_CONNECTED = "connected", "not connected"
 MAX_QUERY_LENGTH = 2_000
 
 
@@ -29,6 +41,8 @@ class FleetQuery:
     model: str = ""
     order: str = "name"
     page: int = 1
+    connected: str = ""  # CONNECTED, NOT_CONNECTED, or "" for either
+    seen: str = ""  # a LAST_SEEN_BUCKETS label, or "" for any
 
 
 @dataclass
@@ -67,12 +81,23 @@ def parse_search(text: str) -> Selector | None:
 
 
 def matching_ids(directory: Directory, query: FleetQuery) -> set[int]:
-    """Ids of the clients the query's selector and model select."""
+    """Ids of the clients the query's selector, model and presence filters select."""
     ids = directory.select(parse_search(query.text))
     if query.model:
         entries = directory.entries
         ids = {client_id for client_id in ids if entries[client_id].model == query.model}
+    now = timezone.now()
+    if query.connected:
+        wanted = query.connected == CONNECTED
+        ids = {client_id for client_id in ids if directory.connected(client_id, now) == wanted}
+    if query.seen:
+        bucket = partial(_bucket, directory, now=now)
+        ids = {client_id for client_id in ids if bucket(client_id) == query.seen}
     return ids
+
+
+def _bucket(directory: Directory, client_id: int, *, now: datetime) -> str:
+    return last_seen_bucket(directory.last_seen(client_id), now)
 
 
 def search_fleet(query: FleetQuery) -> FleetResult:
@@ -88,7 +113,13 @@ def search_fleet(query: FleetQuery) -> FleetResult:
         result.pages = max(1, -(-len(ids) // PAGE_SIZE))
         result.facets = _facets(directory, ids)
         page_ids = _page(directory, ids, query)
+        presence = {client_id: directory.presence.get(client_id) for client_id in page_ids}
     result.rows = client_rows(page_ids)
+    now = timezone.now()
+    for row in result.rows:
+        seen = presence.get(row["client"].pk)
+        row["connected"] = is_connected(seen, now)
+        row["last_seen_at"] = seen.last_seen_at if seen else None
     return result
 
 
@@ -106,11 +137,24 @@ def _page(directory: Directory, ids: set[int], query: FleetQuery) -> list[int]:
 
 def _facets(directory: Directory, ids: set[int]) -> dict[str, list[FacetValue]]:
     facets = {"model": _top(directory.model_counts(ids), clause=None)}
+    facets.update(_presence_facets(directory, ids))
     declared = search_vocabulary().receiver
     for name in FACET_ATTRIBUTES:
         if name in declared:
             facets[name] = _top(directory.value_counts(name, ids), clause=name)
     return facets
+
+
+def _presence_facets(directory: Directory, ids: set[int]) -> dict[str, list[FacetValue]]:
+    now = timezone.now()
+    connected = Counter(
+        CONNECTED if directory.connected(client_id, now) else NOT_CONNECTED for client_id in ids
+    )
+    seen = Counter(_bucket(directory, client_id, now=now) for client_id in ids)
+    return {
+        "connected": [FacetValue(label, connected[label]) for label in (CONNECTED, NOT_CONNECTED)],
+        "last seen": [FacetValue(label, seen[label]) for label in LAST_SEEN_BUCKETS if seen[label]],
+    }
 
 
 def _top(counts, *, clause: str | None) -> list[FacetValue]:

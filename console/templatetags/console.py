@@ -8,7 +8,10 @@ from django import template
 
 register = template.Library()
 
-QUERY_PARAMETERS = {"text": "q", "model": "model", "order": "sort", "page": "page"}
+QUERY_PARAMETERS = {
+    "text": "q", "model": "model", "connected": "connected", "seen": "seen",
+    "order": "sort", "page": "page",
+}  # fmt: skip
 
 
 @register.simple_tag

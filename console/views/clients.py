@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from broker import selectors
@@ -27,7 +28,10 @@ def client_page(request: HttpRequest, name: str) -> HttpResponse:
     """Everything about one client; `?diff=N` compares policy version N with N-1."""
     client = _client_or_404(name)
     versions = selectors.policy_history(client)
+    presence = selectors.presence_of(client)
     context = {
+        "presence": presence,
+        "connected": selectors.is_connected(presence, timezone.now()),
         "client": client,
         "declared": list(client.model.attributes.order_by("name")),
         "values": selectors.attribute_provenance(client),

@@ -20,6 +20,7 @@ BULK_ACTIONS = {
     "activate": "Reactivate",
 }
 SHOWN_NAMES = 20
+SORTABLE = (("name", "Name"), ("model", "Model"))
 
 
 def fleet_query(params: QueryDict) -> FleetQuery:
@@ -33,6 +34,8 @@ def fleet_query(params: QueryDict) -> FleetQuery:
         model=params.get("model", ""),
         order=params.get("sort", "name"),
         page=page,
+        connected=params.get("connected", ""),
+        seen=params.get("seen", ""),
     )
 
 
@@ -42,7 +45,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
     """The fleet, or (for htmx) just its results: table, facets and paging."""
     result = search_fleet(fleet_query(request.GET))
     template = "console/fleet.html#results" if request.htmx else "console/fleet.html"
-    context = {"result": result, "actions": BULK_ACTIONS}
+    context = {"result": result, "actions": BULK_ACTIONS, "sortable": SORTABLE}
     return render(request, template, context, status=400 if result.error else 200)
 
 
