@@ -146,14 +146,15 @@ def start_fleet(supervisor: Supervisor, env: dict[str, str], *, host: str, port:
 
 
 def prepare_console(env: dict[str, str], data_dir: Path) -> tuple[str, str]:
-    """Migrate, collect static files, make sure of an admin and the scenario (its keys
-    kept in the data folder); return the queues a worker must serve and what to tell
-    about the admin's login."""
+    """Migrate, collect static files, make sure of an admin, a user per role and the
+    scenario (its keys kept in the data folder); return the queues a worker must serve
+    and what to tell about the logins."""
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "collectstatic", "--noinput", "-v", "0")
     admin = manage(env, "ensure_admin", capture=True)
+    users = manage(env, "ensure_demo_users", capture=True)
     manage(env, "load_scenario", "--keys-file", str(demo_keys_file(data_dir)), capture=True)
-    return "celery," + manage(env, "dispatcher_queues", capture=True), admin
+    return "celery," + manage(env, "dispatcher_queues", capture=True), f"{users}\n{admin}"
 
 
 def where_the_keys_are(data_dir: Path) -> str:

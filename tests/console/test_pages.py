@@ -73,3 +73,21 @@ def test_logins_logouts_and_failed_logins_are_audited(client, operator):
     done = AuditEntry.objects.filter(actor="user:olivia", outcome="done")
     assert refused.actor == "user:olivia"
     assert sorted(done.values_list("action", flat=True)) == ["console.login", "console.logout"]
+
+
+def test_the_demo_has_one_user_per_role_whose_password_is_printed_once(capsys):
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    call_command("ensure_demo_users")
+    first = capsys.readouterr().out
+    call_command("ensure_demo_users")
+    second = capsys.readouterr().out
+    users = get_user_model().objects
+    for username, role in [("operator", "operator"), ("author", "policy author"),
+                           ("officer", "trust officer"), ("auditor", "auditor")]:  # fmt: skip
+        user = users.get(username=username)
+        assert list(user.groups.values_list("name", flat=True)) == [role]
+        password = first.split(f"  {username}")[1].split()[0]
+        assert user.check_password(password)
+    assert "users exist" in second and not any(name in second for name in ("operator ", "author "))
