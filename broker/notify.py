@@ -58,16 +58,16 @@ def push(deliveries: Iterable[Pushed]) -> None:
     for delivery in deliveries:
         by_receiver.setdefault(delivery.receiver_id, []).append(delivery.as_message())
     if by_receiver:
-        _on_push_loop(_send_all(by_receiver))
+        on_push_loop(_send_all(by_receiver))
 
 
 def end_sessions(client_id: int) -> None:
     """Tell every live connection of the client that its tokens were revoked."""
     layer = get_channel_layer()
-    _on_push_loop(layer.group_send(client_group(client_id), {"type": SESSION_REVOKED}))
+    on_push_loop(layer.group_send(client_group(client_id), {"type": SESSION_REVOKED}))
 
 
-def _on_push_loop(coroutine) -> None:
+def on_push_loop(coroutine) -> None:
     """Run `coroutine` on the process's push loop and wait for it (errors surface)."""
     asyncio.run_coroutine_threadsafe(coroutine, _push_loop()).result(timeout=PUSH_TIMEOUT_S)
 
@@ -101,7 +101,7 @@ def end_sessions_of(client_ids: list[int]) -> None:
     layer = get_channel_layer()
     message = {"type": SESSION_REVOKED}
     sends = [layer.group_send(client_group(client_id), message) for client_id in client_ids]
-    _on_push_loop(_all(sends))
+    on_push_loop(_all(sends))
 
 
 async def _all(coroutines: list) -> None:

@@ -8,11 +8,12 @@ and a change whose wake-up was lost is still picked up by the leaf's next task.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 
 from django.db import connection, transaction
 from django.utils import timezone
 
-from broker import wakeups
+from broker import announcements, wakeups
 from broker.models import Client, ClientChange
 
 
@@ -45,6 +46,8 @@ def clients_changed(clients: Iterable[Client]) -> int:
         cursor.execute(LOG_CHANGES, parameters)
     for dispatcher_id in set(dispatcher_ids):
         transaction.on_commit(lambda d=dispatcher_id: _enqueue(d), robust=True)
+    # The consoles watching the fleet or these clients refresh, after commit.
+    transaction.on_commit(partial(announcements.clients_changed, client_ids), robust=True)
     return len(attached)
 
 

@@ -1,22 +1,34 @@
-"""WebSocket consumers of the operators' console."""
+"""The console's WebSocket: the footer's server clock, and live updates of the pages."""
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime
 
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from broker.announcements import FLEET, console_group
+from console.roles import READ
 
 # Close code for an unauthenticated socket (4000-4999 are free for applications).
 CLOSE_UNAUTHENTICATED = 4401
 
 
-class ServerTimeConsumer(AsyncJsonWebsocketConsumer):
-    """Echo the server's time for each ping, by way of the Redis channel layer.
+# What a page may watch: the fleet, or one client by id.
+TOPIC = re.compile(rf"^(?:{FLEET}|client\.[0-9]{{1,18}})$")
+MAX_TOPICS = 20
 
-    The reply is not written straight back: it is sent to this consumer's own channel
-    and only written to the socket when it comes back, so every echo proves that the
-    channel layer (Redis) works end to end.
+
+class ConsoleConsumer(AsyncJsonWebsocketConsumer):
+    """The console's socket.
+
+    `ping`: echo the server's time by way of the Redis channel layer. The reply is not
+    written straight back: it is sent to this consumer's own channel and only written
+    when it comes back, so every echo proves the channel layer works end to end.
+    `watch`: join the groups of the topics a page shows (broker.announcements); each
+    announcement is passed on as `{"type": "changed", "topic": ...}`.
     """
 
     async def connect(self) -> None:
@@ -27,9 +39,18 @@ class ServerTimeConsumer(AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
 
+    async def disconnect(self, code: int) -> None:
+        for topic in getattr(self, "watching", ()):
+            await self.channel_layer.group_discard(console_group(topic), self.channel_name)
+
     async def receive_json(self, content, **kwargs) -> None:
-        if not isinstance(content, dict) or content.get("type") != "ping":
-            await self.send_json({"type": "error", "error": 'expected {"type": "ping"}'})
+        kind = content.get("type") if isinstance(content, dict) else None
+        if kind == "watch":
+            await self._watch(content.get("topics"))
+            return
+        if kind != "ping":
+            error = 'expected {"type": "ping"} or {"type": "watch", "topics": [...]}'
+            await self.send_json({"type": "error", "error": error})
             return
         await self.channel_layer.send(
             self.channel_name,
@@ -39,6 +60,24 @@ class ServerTimeConsumer(AsyncJsonWebsocketConsumer):
                 "layer_sent": time.monotonic(),
             },
         )
+
+    async def _watch(self, topics) -> None:
+        valid = isinstance(topics, list) and len(topics) <= MAX_TOPICS
+        if not valid or not all(isinstance(t, str) and TOPIC.match(t) for t in topics):
+            error = f"topics: a list of at most {MAX_TOPICS} of 'fleet' or 'client.ID'"
+            await self.send_json({"type": "error", "error": error})
+            return
+        if not await _may_read(self.scope["user"]):
+            await self.send_json({"type": "error", "error": "your role cannot read the fleet"})
+            return
+        for topic in topics:
+            await self.channel_layer.group_add(console_group(topic), self.channel_name)
+        self.watching = set(topics) | getattr(self, "watching", set())
+        await self.send_json({"type": "watching", "topics": topics})
+
+    async def console_changed(self, message: dict) -> None:
+        """An announcement of a watched topic."""
+        await self.send_json({"type": "changed", "topic": message["topic"]})
 
     async def clock_echo(self, message: dict) -> None:
         """Handle the message that made the round trip through the channel layer."""
@@ -51,3 +90,8 @@ class ServerTimeConsumer(AsyncJsonWebsocketConsumer):
                 "layer_ms": round(layer_ms, 2),
             }
         )
+
+
+@database_sync_to_async
+def _may_read(user) -> bool:
+    return user.has_perm(READ)

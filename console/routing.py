@@ -3,12 +3,12 @@
 from django.urls import path
 
 from broker.consumers import AgentConsumer
-from console.consumers import ServerTimeConsumer
+from console.consumers import ConsoleConsumer
 
 agent_urlpatterns = [
     path("ws/agent/v1/", AgentConsumer.as_asgi(), name="ws-agent"),
 ]
 
 websocket_urlpatterns = [
-    path("ws/time/", ServerTimeConsumer.as_asgi(), name="ws-time"),
+    path("ws/console/", ConsoleConsumer.as_asgi(), name="ws-console"),
 ]

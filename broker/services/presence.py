@@ -14,6 +14,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import connection
 
+from broker import announcements
 from broker.models import AgentPresence
 from broker.selectors import presence_window
 
@@ -67,11 +68,13 @@ WHERE p.last_seen_at < now() - %(refresh)s
 def session_opened(*, client_id: int, peer: str) -> None:
     """A session of the client logged in from `peer` (host:port)."""
     _execute(OPENED, client=client_id, peer=peer[:PEER_LENGTH], window=presence_window())
+    announcements.clients_changed([client_id])
 
 
 def session_closed(*, client_id: int) -> None:
     """A logged-in session of the client ended; the count never goes below 0."""
     _execute(CLOSED, client=client_id)
+    announcements.clients_changed([client_id])
 
 
 def seen(*, client_id: int) -> bool:

@@ -25,7 +25,7 @@ def test_operator_logs_in_and_sees_the_navigation(client, operator):
     assert response.status_code == 200
     assert 'href="/healthz"' in body
     assert OPERATOR.username in body
-    assert 'data-ws-path="/ws/time/"' in body
+    assert 'data-ws-path="/ws/console/"' in body
 
 
 def test_wrong_password_is_refused_with_a_message(client, operator):

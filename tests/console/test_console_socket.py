@@ -1,4 +1,5 @@
-"""The server-time echo over a real WebSocket to a real Daphne, through Redis."""
+"""The console socket over a real WebSocket to a real Daphne, through Redis: the
+server-time echo, and live announcements of what a page watches."""
 
 import json
 import time
@@ -13,7 +14,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def socket_url(base_url: str) -> str:
-    return base_url.replace("http://", "ws://") + "/ws/time/"
+    return base_url.replace("http://", "ws://") + "/ws/console/"
 
 
 def logged_in_cookie(client, operator) -> str:
@@ -53,7 +54,7 @@ def test_a_message_that_is_not_a_ping_gets_an_error_frame_and_the_socket_stays(
         error = json.loads(ws.recv(timeout=10))
         ws.send(json.dumps({"type": "ping", "sent": 1}))
         reply = json.loads(ws.recv(timeout=10))
-    assert error == {"type": "error", "error": 'expected {"type": "ping"}'}
+    assert error["type"] == "error" and "expected" in error["error"]
     assert reply["type"] == "time"
 
 
@@ -62,3 +63,27 @@ def test_a_socket_from_a_foreign_origin_is_refused(asgi_server, client, operator
     with pytest.raises(InvalidStatus) as refused:
         connect(socket_url(asgi_server), additional_headers=headers)
     assert refused.value.response.status_code == 403
+
+
+def test_a_watched_client_is_announced_when_an_officer_changes_it(asgi_server, client, operator):
+    from broker.audit import Actor
+    from broker.scenario import load_scenario
+    from broker.services.clients import state_attributes
+
+    server = load_scenario(servers=1).servers[0]
+    headers = {"Cookie": logged_in_cookie(client, operator), "Origin": asgi_server}
+    topics = [f"client.{server.pk}", "fleet"]
+    with connect(socket_url(asgi_server), additional_headers=headers) as ws:
+        ws.send(json.dumps({"type": "watch", "topics": topics}))
+        assert json.loads(ws.recv(timeout=10)) == {"type": "watching", "topics": topics}
+        state_attributes(client=server, values={"load": 0.9}, actor=Actor("client", "x"))
+        announced = {json.loads(ws.recv(timeout=10))["topic"] for _ in range(2)}
+    assert announced == set(topics)
+
+
+def test_watching_something_else_is_refused_with_an_error(asgi_server, client, operator):
+    headers = {"Cookie": logged_in_cookie(client, operator), "Origin": asgi_server}
+    with connect(socket_url(asgi_server), additional_headers=headers) as ws:
+        ws.send(json.dumps({"type": "watch", "topics": ["client.1; drop"]}))
+        error = json.loads(ws.recv(timeout=10))
+    assert error["type"] == "error" and "topics" in error["error"]

@@ -1,0 +1,91 @@
+"""Telling the operators' consoles that what they watch changed, over the channel
+layer: the fleet as a whole (topic `fleet`), or one client (`client.ID`).
+
+A fleet whose agents report their load every few seconds changes all the time, so the
+fleet topic is announced at most once a second per process, and a change inside that
+second is announced when it ends (never dropped: the page must end up current).
+Announcing is best effort: a failure is logged and never fails the change.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+
+from channels.layers import get_channel_layer
+
+from broker.notify import on_push_loop
+
+FLEET = "fleet"
+ANNOUNCE_INTERVAL_S = 1.0
+MESSAGE_TYPE = "console.changed"  # ConsoleConsumer.console_changed receives it
+MAX_CLIENT_TOPICS = 100  # a bulk change tells the fleet, not each client
+
+logger = logging.getLogger(__name__)
+_last_sent: dict[str, float] = {}
+_pending: set[str] = set()
+_lock = threading.Lock()
+
+
+def console_group(topic: str) -> str:
+    """The channel-layer group of the consoles watching `topic`."""
+    return f"console.{topic}"
+
+
+def client_topic(client_id: int) -> str:
+    """The topic of one client's page."""
+    return f"client.{client_id}"
+
+
+def clients_changed(client_ids: Iterable[int]) -> None:
+    """Announce that these clients changed (their pages, and the fleet)."""
+    ids = list(client_ids)
+    topics = [client_topic(i) for i in ids] if len(ids) <= MAX_CLIENT_TOPICS else []
+    announce([FLEET])
+    _send(topics)
+
+
+def announce(topics: Iterable[str]) -> None:
+    """Announce `topics` now, or when their interval ends if they were just sent."""
+    now = time.monotonic()
+    due = []
+    with _lock:
+        for topic in topics:
+            waited = now - _last_sent.get(topic, float("-inf"))
+            if waited >= ANNOUNCE_INTERVAL_S:
+                _last_sent[topic] = now
+                due.append(topic)
+            elif topic not in _pending:
+                _pending.add(topic)
+                _later(ANNOUNCE_INTERVAL_S - waited, topic)
+    _send(due)
+
+
+def _later(delay: float, topic: str) -> None:
+    timer = threading.Timer(delay, _send_pending, args=[topic])
+    timer.daemon = True
+    timer.start()
+
+
+def _send_pending(topic: str) -> None:
+    with _lock:
+        _pending.discard(topic)
+        _last_sent[topic] = time.monotonic()
+    _send([topic])
+
+
+def _send(topics: list[str]) -> None:
+    if not topics:
+        return
+    try:
+        on_push_loop(_group_sends(topics))
+    except Exception:  # best effort: the page also refreshes when the operator acts
+        logger.warning("could not announce %s to the consoles", topics[:5], exc_info=True)
+
+
+async def _group_sends(topics: list[str]) -> None:
+    layer = get_channel_layer()
+    for topic in topics:
+        await layer.group_send(console_group(topic), {"type": MESSAGE_TYPE, "topic": topic})

@@ -1,0 +1,96 @@
+// The console's WebSocket (Channels through Redis): the footer's server clock, and live
+// updates of the page. Elements with data-live-topic ("fleet", "client.ID") are watched;
+// when the server announces a change, each refreshes its own part of the page with
+// htmx (data-live-select says which part of the answer), at most every 2 seconds. A
+// part where the operator ticked rows is not replaced: a notice offers the refresh.
+(function () {
+  "use strict";
+  const footer = document.getElementById("server-clock");
+  if (!footer) return;
+  const timeEl = footer.querySelector("[data-clock-time]");
+  const rttEl = footer.querySelector("[data-clock-rtt]");
+  const REFRESH_MS = 2000;
+  let socket = null;
+  let timer = null;
+  let retryDelay = 1000;
+  const lastRefresh = new Map();
+
+  function connect() {
+    const scheme = window.location.protocol === "https:" ? "wss" : "ws";
+    socket = new WebSocket(scheme + "://" + window.location.host + footer.dataset.wsPath);
+    socket.addEventListener("open", function () {
+      retryDelay = 1000;
+      footer.dataset.state = "open";
+      watch();
+      ping();
+      timer = window.setInterval(ping, 1000);
+    });
+    socket.addEventListener("message", function (event) {
+      const message = JSON.parse(event.data);
+      if (message.type === "time") showTime(message);
+      else if (message.type === "changed") changed(message.topic);
+      else if (message.type === "watching") footer.dataset.watching = message.topics.join(" ");
+    });
+    socket.addEventListener("close", function () {
+      footer.dataset.state = "closed";
+      window.clearInterval(timer);
+      timeEl.textContent = "disconnected, retrying…";
+      window.setTimeout(connect, retryDelay);
+      retryDelay = Math.min(retryDelay * 2, 30000);
+    });
+  }
+
+  function watched() {
+    return Array.from(document.querySelectorAll("[data-live-topic]"));
+  }
+
+  function watch() {
+    const topics = Array.from(new Set(watched().map(function (el) { return el.dataset.liveTopic; })));
+    if (topics.length) socket.send(JSON.stringify({ type: "watch", topics: topics }));
+  }
+
+  function changed(topic) {
+    watched().forEach(function (el) {
+      if (el.dataset.liveTopic !== topic) return;
+      const since = Date.now() - (lastRefresh.get(el) || 0);
+      if (el.dataset.refreshPending) return;
+      el.dataset.refreshPending = "1";
+      window.setTimeout(function () { refresh(el); }, Math.max(0, REFRESH_MS - since));
+    });
+  }
+
+  function refresh(el) {
+    delete el.dataset.refreshPending;
+    lastRefresh.set(el, Date.now());
+    if (el.querySelector("input[type=checkbox]:checked")) {
+      offerRefresh(el);
+      return;
+    }
+    htmx.ajax("GET", window.location.href, {
+      target: el, swap: "innerHTML", select: el.dataset.liveSelect || undefined,
+    }).then(function () { el.dataset.liveRefreshed = String(Date.now()); });
+  }
+
+  function offerRefresh(el) {
+    if (el.querySelector("[data-live-offer]")) return;
+    const notice = document.createElement("p");
+    notice.className = "notice warn";
+    notice.dataset.liveOffer = "1";
+    notice.innerHTML = 'This changed since you loaded it. <a href="">Refresh</a> (your ticks will be cleared).';
+    el.prepend(notice);
+  }
+
+  function showTime(message) {
+    timeEl.textContent = message.server_time;
+    const rtt = performance.now() - message.client_sent;
+    rttEl.textContent = "(round trip " + rtt.toFixed(1) + " ms, channel layer " + message.layer_ms + " ms)";
+  }
+
+  function ping() {
+    if (socket && socket.readyState === WebSocket.OPEN) {
+      socket.send(JSON.stringify({ type: "ping", sent: performance.now() }));
+    }
+  }
+
+  connect();
+})();
