@@ -104,6 +104,11 @@ class Directory:
         seen = self.presence.get(client_id)
         return None if seen is None else seen.last_seen_at
 
+    def outdated(self) -> bool:
+        """Whether clients were deleted behind its back (they never are, but a test
+        database is emptied between tests): then it must be built anew."""
+        return Client.objects.count() < len(self.entries)
+
     def select(self, selector: Selector | None) -> set[int]:
         """Ids of the clients the selector selects (all of them for None)."""
         return self.matcher.selected(selector)
@@ -224,7 +229,7 @@ def fresh_directory() -> Iterator[Directory]:
     """This process's directory, brought up to date, held for the caller alone."""
     global _directory
     with _lock:
-        if _directory is None:
+        if _directory is None or _directory.outdated():
             _directory = Directory()
         else:
             _directory.refresh()

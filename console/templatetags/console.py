@@ -40,3 +40,11 @@ def narrowed(text: str, clause: str) -> str:
 def caret(column: int) -> str:
     """A line pointing at a 1-based column: where the error is."""
     return " " * (max(int(column), 1) - 1) + "^"
+
+
+@register.filter
+def literal(value) -> str:
+    """A value as the policy language writes it (true, 2.4, text without quotes)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

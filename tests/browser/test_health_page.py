@@ -1,55 +1,18 @@
 """A real Chromium logs in and watches the health page turn green through htmx."""
 
-import os
-from pathlib import Path
-
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
+from tests.browser.conftest import ARTIFACTS, log_in
 from tests.cast import OPERATOR
 
-CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
-# Screenshots to look at after a run (var/ is not committed).
-ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "artifacts"
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def page():
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"Chromium not found at {CHROMIUM}: run scripts/install-system-packages")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS
-        )
-        try:
-            yield browser.new_page()
-        finally:
-            browser.close()
-
-
-def log_in(page, base_url: str) -> None:
-    page.goto(f"{base_url}/login/")
-    page.fill("#id_username", OPERATOR.username)
-    page.fill("#id_password", OPERATOR.password)
-    page.click("button[type=submit]")
-    expect(page.locator("header nav")).to_contain_text("Health")
 
 
 def test_operator_logs_in_and_sees_every_health_check_turn_green(
     asgi_server, celery_worker, operator, page
 ):
-    log_in(page, asgi_server)
+    log_in(page, asgi_server, OPERATOR)
     page.click("header nav >> text=Health")
     summary = page.locator("[data-health-state]")
     expect(summary).to_have_attribute("data-health-state", "ok", timeout=15_000)
@@ -61,7 +24,7 @@ def test_operator_logs_in_and_sees_every_health_check_turn_green(
 
 
 def test_the_footer_clock_ticks_over_the_websocket(asgi_server, operator, page):
-    log_in(page, asgi_server)
+    log_in(page, asgi_server, OPERATOR)
     clock = page.locator("[data-clock-time]")
     expect(clock).to_contain_text("T", timeout=10_000)
     first = clock.text_content()

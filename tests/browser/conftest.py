@@ -1,0 +1,47 @@
+"""A real Chromium (Debian's) driven by Playwright, and how the tests log in."""
+
+import os
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+# Screenshots to look at after a run (var/ is not committed).
+ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "artifacts"
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def page(monkeypatch):
+    # Playwright's sync API keeps an event loop in this thread, so Django takes the
+    # test's own database reads for async code; nothing else runs here meanwhile.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"Chromium not found at {CHROMIUM}: run scripts/install-system-packages")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS
+        )
+        try:
+            # A laptop screen: the pages must be usable at this size.
+            yield browser.new_page(viewport={"width": 1366, "height": 800})
+        finally:
+            browser.close()
+
+
+def log_in(page, base_url: str, member) -> None:
+    """Log `member` in through the login form."""
+    page.goto(f"{base_url}/login/")
+    page.fill("#id_username", member.username)
+    page.fill("#id_password", member.password)
+    page.click("button[type=submit]")
+    expect(page.locator("header nav")).to_contain_text("Health")
