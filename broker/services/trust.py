@@ -28,6 +28,7 @@ from broker.attribute_store import printable, write_values_of_clients
 from broker.attributes import check_values
 from broker.audit import Actor
 from broker.errors import InvalidInput, NotAuthorised
+from broker.inputs import check_decoded, check_text
 from broker.models import AttributeValue, Authority, Client
 from broker.selectors import (
     capabilities_by_model,
@@ -387,6 +388,14 @@ def _check_values_given(values: Any) -> None:
         raise InvalidInput("give at least one attribute value", field="values")
     if not all(isinstance(name, str) for name in values):
         raise InvalidInput("attribute names are text", field="values")
+    for name in values:
+        check_text(name, "values")
+        check_decoded(values[name], f"values.{name}")
+
+
+def _check_name_texts(names: list[str]) -> None:
+    for name in names:
+        check_text(name, "names")
 
 
 def _checked_names(names: Iterable[str] | None, *, required: bool) -> list[str] | None:
@@ -395,6 +404,7 @@ def _checked_names(names: Iterable[str] | None, *, required: bool) -> list[str] 
     names = sorted(set(names or ()))
     if not names or not all(isinstance(name, str) for name in names):
         raise InvalidInput("name at least one attribute", field="names")
+    _check_name_texts(names)
     return names
 
 

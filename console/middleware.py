@@ -1,0 +1,35 @@
+"""Refusing, before any view, console requests whose text cannot be stored."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+
+from broker.errors import InvalidInput
+from broker.inputs import check_text
+
+API_PREFIX = "/api/"  # the API refuses such input itself, as JSON
+
+
+class RefuseUnstorableText:
+    """A page's parameters or path holding NUL (or a lone surrogate) is answered 400
+    with what is wrong and where, instead of failing in PostgreSQL later (a 500)."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not request.path.startswith(API_PREFIX):
+            try:
+                _check_request(request)
+            except InvalidInput as error:
+                return HttpResponse(error.message, status=400, content_type="text/plain")
+        return self.get_response(request)
+
+
+def _check_request(request: HttpRequest) -> None:
+    check_text(request.path, "the address")
+    for where in (request.GET, request.POST):
+        for key, values in where.lists():
+            check_text(key, "a field's name")
+            for value in values:
+                check_text(value, key)
