@@ -125,7 +125,7 @@ def worker_argv(name: str) -> list[str]:
 
 def wait_for_tree_idle(timeout_s: float) -> None:
     """Until no tree work is queued, running or waiting in an inbox, five checks running."""
-    from broker.routing import pending_tree_work
+    from broker.dispatch.backlog import pending_tree_work
 
     queues = tree_queues()
     deadline, quiet = time.monotonic() + timeout_s, 0

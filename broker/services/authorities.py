@@ -10,11 +10,12 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from broker import audit, tree_changes
+from broker import audit
 from broker.attribute_store import printable, write_values
 from broker.attributes import check_values
 from broker.audit import Actor
 from broker.credentials import key_digest, new_secret
+from broker.dispatch import entry
 from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
 from broker.models import AttestationGrant, AttributeValue, Authority, Client, ModelAttribute
 from broker.selectors import declared_types
@@ -86,7 +87,7 @@ def revoke_grants(*, client: Client, authority: Authority, actor: Actor) -> int:
             target=f"client:{client.name}",
             details={"authority": authority.name, "grants": count},
         )
-        tree_changes.client_changed(client)
+        entry.client_changed(client)
     return count
 
 
@@ -128,7 +129,7 @@ def attest_attributes(
             target=f"client:{client.name}",
             details={"values": checked, "expires_at": expires_at and expires_at.isoformat()},
         )
-        tree_changes.client_changed(client)
+        entry.client_changed(client)
 
 
 def _check_grant(authority: Authority, client: Client, grant_key: str) -> None:
@@ -170,5 +171,5 @@ def revoke_attestation(*, authority: Authority, client: Client, names: Iterable[
             target=f"client:{client.name}",
             details={"names": names, "revoked": count},
         )
-        tree_changes.client_changed(client)
+        entry.client_changed(client)
     return count
