@@ -107,9 +107,11 @@ def fresh_database(env: dict[str, str]) -> None:
 
 def tree_queues() -> list[str]:
     """The default queue and every dispatcher's queue, as the database has them."""
+    from django.conf import settings
+
     from broker.models import Dispatcher
 
-    return ["celery"] + [d.queue for d in Dispatcher.objects.all()]
+    return [settings.CELERY_TASK_DEFAULT_QUEUE] + [d.queue for d in Dispatcher.objects.all()]
 
 
 def worker_argv(name: str) -> list[str]:

@@ -89,10 +89,13 @@ def start_console(
     port: int,
     queues: str,
     data_dir: Path,
+    web_processes: int,
+    worker_concurrency: int,
     verbose: bool = False,
 ) -> socket.socket:
-    """The web server, a worker serving the whole dispatcher tree, and the beat.
-    Returns the web processes' listening socket, which the caller keeps open."""
+    """`web_processes` web servers, a worker of `worker_concurrency` processes serving
+    the whole dispatcher tree, and the beat. Returns the web processes' listening
+    socket, which the caller keeps open."""
     python_bin = Path(sys.executable).parent
     # Several Daphne processes accept from one listening socket: a push to a thousand
     # agents is bound by one process's single thread, so it is split across cores. The
@@ -103,16 +106,15 @@ def start_console(
     # scroll everything else away (about 1,000 lines a minute with the demo's fleet).
     daphne += [] if verbose else ["-v", "0"]
     daphne.append("console.asgi:application")
-    processes = env_int("WEB_PROCESSES", 2, minimum=1)
-    for index in range(processes):
-        name = "web" if processes == 1 else f"web{index + 1}"
+    for index in range(web_processes):
+        name = "web" if web_processes == 1 else f"web{index + 1}"
         supervisor.start(name, daphne, env, pass_fds=(listener.fileno(),))
     supervisor.start(
         "worker",
         [
             str(python_bin / "celery"), "-A", "console", *([] if verbose else ["--quiet"]),
             "worker", "--loglevel", "INFO" if verbose else "WARNING",
-            "--concurrency", env.get("WORKER_CONCURRENCY", "2"), "--without-gossip",
+            "--concurrency", str(worker_concurrency), "--without-gossip",
             "--without-mingle", "--hostname", "console@%h", "--queues", queues,
         ],
         env,
@@ -152,7 +154,7 @@ def prepare_console(env: dict[str, str]) -> tuple[str, str]:
     manage(env, "collectstatic", "--noinput", "-v", "0")
     admin = manage(env, "ensure_admin", capture=True)
     manage(env, "load_scenario")
-    return "celery," + manage(env, "dispatcher_queues", capture=True), admin
+    return manage(env, "worker_queues", capture=True), admin
 
 
 SERVING_TIMEOUT_S = 90.0
@@ -190,7 +192,8 @@ def command_run(args: argparse.Namespace) -> int:
         queues, admin = prepare_console(env)
         listener = start_console(
             supervisor, env, host=args.host, port=args.port, queues=queues,
-            data_dir=data_dir, verbose=args.verbose,
+            data_dir=data_dir, web_processes=args.web_processes,
+            worker_concurrency=args.worker_concurrency, verbose=args.verbose,
         )  # fmt: skip
         start_fleet(supervisor, env, host=args.host, port=args.port, agents=args.fleet)
         services.watch_with(supervisor)
@@ -270,7 +273,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulated web servers to run (0: none)",
     )
     add_data_dir_argument(run)
-    run.set_defaults(handler=command_run)
+    # Read here, before anything starts, so that a malformed value stops the launcher
+    # at once with a message naming it (main), not half-way through starting.
+    run.set_defaults(
+        handler=command_run,
+        web_processes=env_int("WEB_PROCESSES", 2, minimum=1),
+        worker_concurrency=env_int("WORKER_CONCURRENCY", 2, minimum=1),
+    )
     test = commands.add_parser("test", help="run the whole test suite")
     test.set_defaults(handler=command_test)
     services = commands.add_parser("services", help="start only PostgreSQL and Redis")
