@@ -108,7 +108,7 @@ def start_workers(env: dict[str, str], count: int, matching: bool) -> list[subpr
 
 def forget_earlier_tasks() -> None:
     """Tasks an earlier mode left queued name ids of a dropped database: purge them."""
-    from broker import wakeups
+    from broker.dispatch import wakeups
     from console.celery import app
 
     with app.connection_for_write() as connection:

@@ -111,9 +111,11 @@ def fresh_database(env: dict[str, str], *, keep: bool = False) -> None:
 
 def tree_queues() -> list[str]:
     """The default queue and every dispatcher's queue, as the database has them."""
+    from django.conf import settings
+
     from broker.models import Dispatcher
 
-    return ["celery"] + [d.queue for d in Dispatcher.objects.all()]
+    return [settings.CELERY_TASK_DEFAULT_QUEUE] + [d.queue for d in Dispatcher.objects.all()]
 
 
 def worker_argv(name: str) -> list[str]:
@@ -129,7 +131,7 @@ def worker_argv(name: str) -> list[str]:
 
 def wait_for_tree_idle(timeout_s: float) -> None:
     """Until no tree work is queued, running or waiting in an inbox, five checks running."""
-    from broker.routing import pending_tree_work
+    from broker.dispatch.backlog import pending_tree_work
 
     queues = tree_queues()
     deadline, quiet = time.monotonic() + timeout_s, 0

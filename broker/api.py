@@ -33,7 +33,7 @@ from broker import audit, selectors
 from broker.audit import Actor
 from broker.errors import AuthenticationFailed, BrokerError, InvalidInput, NotAuthorised, NotFound
 from broker.inputs import check_text, decode_json
-from broker.models import Authority, Client, ClientModel, Delivery, Event
+from broker.models import Authority, Client, ClientModel, Event
 from broker.services import authorities, clients, events, operators
 from broker.services.clients import CLIENT_NAME
 
@@ -275,7 +275,7 @@ def publish(request: HttpRequest, payload: EventIn):
     event = events.publish_event(
         sender=request.auth, actor=Actor("client", request.auth.name), **fields
     )
-    return 201, _published(event)
+    return 201, selectors.published_facts(event)
 
 
 def _idempotency_key(request: HttpRequest, in_body: str | None) -> str | None:
@@ -285,16 +285,6 @@ def _idempotency_key(request: HttpRequest, in_body: str | None) -> str | None:
             "the Idempotency-Key header and idempotency_key differ", field="idempotency_key"
         )
     return in_body if in_body is not None else in_header
-
-
-def _published(event: Event) -> dict:
-    return {
-        "event": event.pk,
-        "channel": event.channel,
-        "sequence": event.sequence,
-        "published_at": event.published_at,
-        "expires_at": event.expires_at,
-    }
 
 
 @api.post(
@@ -331,35 +321,7 @@ def event_status(request: HttpRequest, event_id: UUID):
         operator_with(request, "broker.view_delivery", "event.read", f"event:{event_id}")
         if event is None:
             raise NotFound(f"no event {event_id}", field="event_id")
-    return _status(event)
-
-
-def _status(event: Event) -> dict:
-    deliveries = list(
-        Delivery.objects.filter(event=event).select_related("receiver").order_by("receiver__name")
-    )
-    counts = {state: 0 for state in Delivery.State.values}
-    for delivery in deliveries:
-        counts[delivery.state] += 1
-    return {
-        **_published(event),
-        "sender": event.sender.name,
-        "content": event.content,
-        "selector": event.selector,
-        "counts": counts,
-        "deliveries": [
-            {
-                "receiver": d.receiver.name,
-                "position": d.position,
-                "state": d.state,
-                "delivered_at": d.delivered_at,
-                "received_at": d.received_at,
-                "acked_at": d.acked_at,
-                "result": d.result,
-            }
-            for d in deliveries
-        ],
-    }
+    return selectors.event_status(event)
 
 
 # Clients --------------------------------------------------------------------------------
@@ -405,21 +367,10 @@ def list_clients(
 ):
     """Clients with their current attributes, by name, a page at a time."""
     operator_with(request, "broker.view_client", "client.list", "clients")
-    query = Client.objects.select_related("model").order_by("name")
+    query = Client.objects.order_by("name")
     if model:
         query = query.filter(model__name=model)
-    return [_client_out(client) for client in query[offset : offset + limit]]
-
-
-def _client_out(client: Client) -> dict:
-    return {
-        "name": client.name,
-        "model": client.model.name,
-        "can_send": client.can_send,
-        "can_receive": client.can_receive,
-        "is_active": client.is_active,
-        "attributes": selectors.current_attributes(client),
-    }
+    return selectors.clients_with_attributes(query, offset=offset, limit=limit)
 
 
 @api.post(

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from django.db import transaction
 from django.utils import timezone
 
-from broker import audit, tree_changes
+from broker import audit
 from broker.attributes import check_values
 from broker.audit import Actor
 from broker.bulk import copy_rows
 from broker.credentials import key_digest, new_secret
+from broker.dispatch import entry
 from broker.models import (
     AttestationGrant,
     AttributeValue,
@@ -300,9 +301,7 @@ def _bulk_add_chunk(shared: _BulkCast, servers: list[tuple[dict, dict]]) -> None
         _value_rows(shared, ids, servers, now),
     )
     _copy_grants_and_policies(shared, ids, now)
-    tree_changes.clients_changed(
-        Client(pk=ids[name], dispatcher_id=leaf) for name, leaf in leaves.items()
-    )
+    entry.clients_changed(Client(pk=ids[name], dispatcher_id=leaf) for name, leaf in leaves.items())
     audit.record_change(
         actor=SETUP,
         action="scenario.add_web_servers",

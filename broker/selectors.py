@@ -1,4 +1,4 @@
-"""Reads of the event service that several callers reuse."""
+"""Reads of the event service that several callers reuse (the HTTP API, the pages)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from broker.models import (
     ClientModel,
     ClientToken,
     Delivery,
+    Event,
     EventAttribute,
     ModelAttribute,
     PolicyVersion,
@@ -148,6 +149,77 @@ def values_attested_by(
     return _by_client(rows)
 
 
+def attributes_by_client(client_ids: Iterable[int] | None = None, *, now=None) -> dict:
+    """{client id: {name: live value}} for the clients given (or every client), in one
+    query; a client without live values maps to {}."""
+    values = live_attribute_values(now=now)
+    if client_ids is not None:
+        values = values.filter(client_id__in=list(client_ids))
+    by_client: dict[int, dict] = defaultdict(dict)
+    for client_id, name, value in values.order_by("client_id", "name").values_list(
+        "client_id", "name", "value"
+    ):
+        by_client[client_id][name] = value
+    return by_client
+
+
+def clients_with_attributes(query: QuerySet[Client], *, offset: int, limit: int) -> list[dict]:
+    """A page of `query`'s clients, in its order, each with its model's name and its
+    live attributes: two queries whatever the page's length."""
+    page = list(query.select_related("model")[offset : offset + limit])
+    attributes = attributes_by_client(client.pk for client in page) if page else {}
+    return [
+        {
+            "name": client.name,
+            "model": client.model.name,
+            "can_send": client.can_send,
+            "can_receive": client.can_receive,
+            "is_active": client.is_active,
+            "attributes": attributes.get(client.pk, {}),
+        }
+        for client in page
+    ]
+
+
+def published_facts(event: Event) -> dict:
+    """What publishing an event answers: its id, place in its channel and lifetime."""
+    return {
+        "event": event.pk,
+        "channel": event.channel,
+        "sequence": event.sequence,
+        "published_at": event.published_at,
+        "expires_at": event.expires_at,
+    }
+
+
+def event_status(event: Event) -> dict:
+    """An event (its sender loaded with it) and what became of it at each receiver,
+    receivers by name, with counts per state: one query for every delivery."""
+    deliveries = list(
+        Delivery.objects.filter(event=event)
+        .order_by("receiver__name")
+        .values("receiver__name", *DELIVERY_STATUS_FIELDS)
+    )
+    counts = dict.fromkeys(Delivery.State.values, 0)
+    for delivery in deliveries:
+        counts[delivery["state"]] += 1
+    return {
+        **published_facts(event),
+        "sender": event.sender.name,
+        "content": event.content,
+        "selector": event.selector,
+        "counts": counts,
+        "deliveries": [_delivery_status(row) for row in deliveries],
+    }
+
+
+def _delivery_status(row: dict) -> dict:
+    return {"receiver": row["receiver__name"], **{f: row[f] for f in DELIVERY_STATUS_FIELDS}}
+
+
+DELIVERY_STATUS_FIELDS = ("position", "state", "delivered_at", "received_at", "acked_at", "result")
+
+
 def current_policy(client: Client) -> PolicyVersion | None:
     """The client's newest policy version, or None if it never set one."""
     return client.policy_versions.order_by("-version").first()
@@ -212,9 +284,7 @@ def preview_receivers(*, sender: Client, content: dict, selector: Selector | Non
     sender_attributes = attested_attributes(sender)
     policies = _current_policy_texts()
     words = vocabulary()
-    values = defaultdict(dict)
-    for client_id, name, value in live_attribute_values().values_list("client_id", "name", "value"):
-        values[client_id][name] = value
+    values = attributes_by_client()
     receivers = Client.objects.filter(can_receive=True, is_active=True, pk__in=list(policies))
     return sorted(
         client.name

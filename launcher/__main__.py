@@ -89,10 +89,13 @@ def start_console(
     port: int,
     queues: str,
     data_dir: Path,
+    web_processes: int,
+    worker_concurrency: int,
     verbose: bool = False,
 ) -> socket.socket:
-    """The web server, a worker serving the whole dispatcher tree, and the beat.
-    Returns the web processes' listening socket, which the caller keeps open."""
+    """`web_processes` web servers, a worker of `worker_concurrency` processes serving
+    the whole dispatcher tree, and the beat. Returns the web processes' listening
+    socket, which the caller keeps open."""
     python_bin = Path(sys.executable).parent
     # Several Daphne processes accept from one listening socket: a push to a thousand
     # agents is bound by one process's single thread, so it is split across cores. The
@@ -103,16 +106,15 @@ def start_console(
     # scroll everything else away (about 1,000 lines a minute with the demo's fleet).
     daphne += [] if verbose else ["-v", "0"]
     daphne.append("console.asgi:application")
-    processes = env_int("WEB_PROCESSES", 2, minimum=1)
-    for index in range(processes):
-        name = "web" if processes == 1 else f"web{index + 1}"
+    for index in range(web_processes):
+        name = "web" if web_processes == 1 else f"web{index + 1}"
         supervisor.start(name, daphne, env, pass_fds=(listener.fileno(),))
     supervisor.start(
         "worker",
         [
             str(python_bin / "celery"), "-A", "console", *([] if verbose else ["--quiet"]),
             "worker", "--loglevel", "INFO" if verbose else "WARNING",
-            "--concurrency", env.get("WORKER_CONCURRENCY", "2"), "--without-gossip",
+            "--concurrency", str(worker_concurrency), "--without-gossip",
             "--without-mingle", "--hostname", "console@%h", "--queues", queues,
         ],
         env,
@@ -145,7 +147,7 @@ def start_fleet(supervisor: Supervisor, env: dict[str, str], *, host: str, port:
     supervisor.start("fleet", argv, env)
 
 
-def prepare_console(env: dict[str, str], data_dir: Path) -> tuple[str, str]:
+def prepare_console(env: dict[str, str], data_dir: Path) -> tuple[str, list[str]]:
     """Migrate, collect static files, make sure of an admin, a user per role and the
     scenario (its keys kept in the data folder); return the queues a worker must serve
     and what to tell about the logins."""
@@ -154,7 +156,7 @@ def prepare_console(env: dict[str, str], data_dir: Path) -> tuple[str, str]:
     admin = manage(env, "ensure_admin", capture=True)
     users = manage(env, "ensure_demo_users", capture=True)
     manage(env, "load_scenario", "--keys-file", str(demo_keys_file(data_dir)), capture=True)
-    return "celery," + manage(env, "dispatcher_queues", capture=True), f"{users}\n{admin}"
+    return manage(env, "worker_queues", capture=True), [users, admin]
 
 
 def where_the_keys_are(data_dir: Path) -> str:
@@ -197,10 +199,11 @@ def command_run(args: argparse.Namespace) -> int:
     listener = None
     try:
         services.provide(env)
-        queues, admin = prepare_console(env, data_dir)
+        queues, logins = prepare_console(env, data_dir)
         listener = start_console(
             supervisor, env, host=args.host, port=args.port, queues=queues,
-            data_dir=data_dir, verbose=args.verbose,
+            data_dir=data_dir, web_processes=args.web_processes,
+            worker_concurrency=args.worker_concurrency, verbose=args.verbose,
         )  # fmt: skip
         start_fleet(supervisor, env, host=args.host, port=args.port, agents=args.fleet)
         services.watch_with(supervisor)
@@ -209,7 +212,8 @@ def command_run(args: argparse.Namespace) -> int:
         wait_until_serving(args.host, args.port)
         say(f"management commands beside it: .venv/bin/python manage.py ... (reads {environment})")
         say(where_the_keys_are(data_dir))
-        say(admin)
+        for login in logins:  # the admin's password last but the address
+            say(login)
         say(f"console at http://{args.host}:{args.port}/  (Ctrl-C stops everything)")
         supervisor.wait()
         return 0
@@ -281,7 +285,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulated web servers to run (0: none)",
     )
     add_data_dir_argument(run)
-    run.set_defaults(handler=command_run)
+    # Read here, before anything starts, so that a malformed value stops the launcher
+    # at once with a message naming it (main), not half-way through starting.
+    run.set_defaults(
+        handler=command_run,
+        web_processes=env_int("WEB_PROCESSES", 2, minimum=1),
+        worker_concurrency=env_int("WORKER_CONCURRENCY", 2, minimum=1),
+    )
     test = commands.add_parser("test", help="run the whole test suite")
     test.set_defaults(handler=command_test)
     services = commands.add_parser("services", help="start only PostgreSQL and Redis")

@@ -128,7 +128,7 @@ def worker_queues() -> str:
     """The default queue and every dispatcher queue of the configured tree."""
     from django.conf import settings
 
-    from broker.queues import dispatcher_queues
+    from broker.dispatch.queues import dispatcher_queues
 
     queues = dispatcher_queues(settings.TREE_DEPTH, settings.TREE_BRANCHING)
     return ",".join([settings.CELERY_TASK_DEFAULT_QUEUE, *queues])

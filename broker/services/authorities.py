@@ -11,11 +11,12 @@ from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from broker import audit, tree_changes
+from broker import audit
 from broker.attribute_store import printable, write_values
 from broker.attributes import check_values
 from broker.audit import Actor
 from broker.credentials import key_digest, new_secret
+from broker.dispatch import entry
 from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
 from broker.models import AttestationGrant, AttributeValue, Authority, Client, ModelAttribute
 from broker.selectors import declared_types
@@ -139,7 +140,7 @@ def revoke_grants(*, client: Client, authority: Authority, actor: Actor) -> int:
             target=f"client:{client.name}",
             details={"authority": authority.name, "grants": count},
         )
-        tree_changes.client_changed(client)
+        entry.client_changed(client)
     return count
 
 
@@ -181,7 +182,7 @@ def attest_attributes(
             target=f"client:{client.name}",
             details={"values": checked, "expires_at": expires_at and expires_at.isoformat()},
         )
-        tree_changes.client_changed(client)
+        entry.client_changed(client)
 
 
 def _check_grant(authority: Authority, client: Client, grant_key: str) -> None:
@@ -224,7 +225,7 @@ def revoke_attestation(*, authority: Authority, client: Client, names: Iterable[
             target=f"client:{client.name}",
             details={"names": names, "revoked": count},
         )
-        tree_changes.client_changed(client)
+        entry.client_changed(client)
     return count
 
 
@@ -249,7 +250,7 @@ def announce_expired_attestations(*, after: datetime, through: datetime) -> int:
     clients = Client.objects.filter(pk__in=expired.values("client_id"), dispatcher__isnull=False)
     with transaction.atomic():
         only_ids = clients.only("pk", "dispatcher_id")
-        return tree_changes.clients_changed(only_ids)
+        return entry.clients_changed(only_ids)
 
 
 def announce_expirations_since_last_run() -> int:

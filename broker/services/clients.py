@@ -12,11 +12,12 @@ from django.contrib.auth.hashers import check_password
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from broker import audit, notify, tree_changes
+from broker import audit, notify
 from broker.attribute_store import printable, write_values
 from broker.attributes import check_values
 from broker.audit import Actor
 from broker.credentials import key_digest, new_secret
+from broker.dispatch import entry
 from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
 from broker.models import AttributeValue, Client, ClientModel, ClientToken, ModelAttribute
 from broker.selectors import declared_types, live_token
@@ -125,7 +126,7 @@ def register_client(
                 dispatcher=attach_to_leaf(),
             )
             audit.record_change(actor=actor, action="client.register", target=f"client:{name}")
-            tree_changes.client_changed(client)
+            entry.client_changed(client)
     except IntegrityError:
         raise InvalidInput(f"a client named {name!r} already exists", field="name") from None
     return client, secret
@@ -251,7 +252,7 @@ def set_clients_active(*, clients: list[Client], active: bool, actor: Actor) -> 
             target=f"clients:{len(changing)}",
             details={"clients": audit.listed([c.name for c in changing])},
         )
-        tree_changes.clients_changed(changing)
+        entry.clients_changed(changing)
         if not active:
             ids = [client.pk for client in changing]
             transaction.on_commit(lambda: notify.end_sessions_of(ids), robust=True)
@@ -280,7 +281,7 @@ def state_attributes(*, client: Client, values: Mapping[str, Any], actor: Actor)
             target=f"client:{client.name}",
             details={"values": checked},
         )
-        tree_changes.client_changed(client)
+        entry.client_changed(client)
 
 
 def _refuse_reserved(client: Client, values: Mapping[str, Any]) -> None:

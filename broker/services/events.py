@@ -14,9 +14,9 @@ from django.utils import timezone
 from broker import audit
 from broker.attributes import check_value
 from broker.audit import Actor
+from broker.dispatch.entry import route_published
 from broker.errors import InvalidInput, NotAuthorised, PolicyRejected
 from broker.models import Client, Event
-from broker.routing import route_published
 from broker.selectors import attested_attributes, vocabulary
 from broker.vocabulary import Vocabulary
 from policies import PolicySyntaxError, Selector

@@ -5,8 +5,9 @@ from __future__ import annotations
 from django.db import transaction
 from django.db.models import Max
 
-from broker import audit, tree_changes
+from broker import audit
 from broker.audit import Actor
+from broker.dispatch import entry
 from broker.errors import InvalidInput, NotAuthorised, PolicyRejected
 from broker.models import Client, PolicyVersion
 from broker.selectors import vocabulary
@@ -43,7 +44,7 @@ def set_policy(*, client: Client, text: str, actor: Actor) -> PolicyVersion:
             target=f"client:{client.name}",
             details={"version": version.version, "policy": canonical},
         )
-        tree_changes.client_changed(client)
+        entry.client_changed(client)
     return version
 
 
@@ -82,7 +83,7 @@ def set_policies(
             details={"policy": canonical, "selection": selection,
                      "clients": audit.listed([c.name for c in clients])},
         )  # fmt: skip
-        tree_changes.clients_changed(clients)
+        entry.clients_changed(clients)
     return versions
 
 

@@ -10,9 +10,9 @@ from django.db.models import Count
 
 from broker import audit
 from broker.audit import Actor
+from broker.dispatch.queues import dispatcher_names
 from broker.errors import InvalidInput
 from broker.models import Client, Dispatcher
-from broker.queues import dispatcher_names
 
 MAX_DEPTH = 6
 MAX_BRANCHING = 32

@@ -23,10 +23,11 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from broker import audit, tree_changes
+from broker import audit
 from broker.attribute_store import printable, write_values_of_clients
 from broker.attributes import check_values
 from broker.audit import Actor
+from broker.dispatch import entry
 from broker.errors import InvalidInput, NotAuthorised
 from broker.inputs import check_decoded, check_text
 from broker.models import AttributeValue, Authority, Client
@@ -481,7 +482,7 @@ def _record(plan: AttestationPlan, actor: Actor, clients: list[Target], **detail
             "clients": audit.listed([p.client for p in plan.accepted]),
         },
     )
-    tree_changes.clients_changed(client for client in clients if client.pk in accepted)
+    entry.clients_changed(client for client in clients if client.pk in accepted)
 
 
 def _record_refusals(plan: AttestationPlan, actor: Actor) -> None:

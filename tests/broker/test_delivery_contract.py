@@ -15,10 +15,10 @@ import redis
 from channels.db import database_sync_to_async as in_thread
 from django.utils import timezone
 
-from broker import wakeups
 from broker.client import Agent, AgentError
+from broker.dispatch import wakeups
+from broker.dispatch.wakeups import wake_stalled_dispatchers
 from broker.models import Delivery, Event, HopInbox, ReceiverStream
-from broker.routing import wake_stalled_dispatchers
 from broker.services.deliveries import confirm_receipt, expire_unconfirmed
 from broker.services.events import publish_event
 from tests.broker.agent_helpers import ISSUER, agent_url, wait_for

@@ -7,7 +7,7 @@ import pytest
 from django.db import transaction
 
 from broker.dispatch import state as dispatch_state
-from broker.dispatch.routing import DOWN, route
+from broker.dispatch.steps import DOWN, route
 from broker.models import Delivery
 from broker.scenario import load_scenario
 from broker.services.events import publish_event

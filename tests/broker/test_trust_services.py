@@ -9,9 +9,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from broker import tree_changes
 from broker.audit import Actor
 from broker.credentials import key_digest
+from broker.dispatch import entry
 from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
 from broker.models import AttestationGrant, AuditEntry, Client, ClientChange, ModelAttribute
 from broker.scenario import load_scenario
@@ -195,7 +195,7 @@ def test_bulk_attestation_is_one_transaction_a_failure_mid_way_leaves_nothing(
         list(clients)
         raise RuntimeError("the database went away")
 
-    monkeypatch.setattr(tree_changes, "clients_changed", fail)
+    monkeypatch.setattr(entry, "clients_changed", fail)
     with pytest.raises(RuntimeError):
         attest_for_clients(
             authority=scenario.trust_manager, clients=controllers, values={"trust": 5},

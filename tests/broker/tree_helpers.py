@@ -6,8 +6,9 @@ import time
 
 from django.conf import settings
 
-from broker.queues import dispatcher_queues
-from broker.routing import pending_tree_work, wake_stalled_dispatchers
+from broker.dispatch.backlog import pending_tree_work
+from broker.dispatch.queues import dispatcher_queues
+from broker.dispatch.wakeups import wake_stalled_dispatchers
 
 IDLE_CHECKS = 3
 POLL_S = 0.05

@@ -1,6 +1,7 @@
 """Configuration comes from the environment and bad values stop start-up loudly."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -134,3 +135,26 @@ def test_start_up_without_a_secret_key_says_so():
     )
     assert result.returncode == 2
     assert "SECRET_KEY is not set" in result.stderr
+
+
+READ_BY_NAME = re.compile(
+    r'(?:env_(?:str|int|bool|list|choice)|environ\.get|env\.get)\(\s*"([A-Z][A-Z0-9_]*)"'
+)
+
+
+def _variables_read() -> set[str]:
+    """Names the settings, console.env and the launcher read from the environment."""
+    sources = [ROOT / "console" / "settings.py", ROOT / "console" / "env.py"]
+    sources += sorted((ROOT / "launcher").glob("*.py"))
+    return {name for path in sources for name in READ_BY_NAME.findall(path.read_text())}
+
+
+def _variables_documented() -> set[str]:
+    """Names in the first column of the README's configuration tables."""
+    section = (ROOT / "README.md").read_text().split("## Configuration")[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return {name for row in rows for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", row.split("|")[1])}
+
+
+def test_the_readme_lists_exactly_the_variables_the_settings_and_the_launcher_read():
+    assert _variables_documented() == _variables_read()

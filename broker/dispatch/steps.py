@@ -15,8 +15,9 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from broker import audit, wakeups
+from broker import audit
 from broker.dispatch import state as dispatch_state
+from broker.dispatch import wakeups
 from broker.dispatch.delivery import deliver_late, deliver_routed, lock_leaf
 from broker.dispatch.events import RoutedEvent, live_events
 from broker.dispatch.summary import Summary
@@ -127,15 +128,10 @@ def post_hops(hops: list[RouteHop | SummaryHop]) -> None:
 
 
 def _after_commit(woken: set[int], summary_hops: list[SummaryHop]) -> None:
-    from broker.tasks import refresh_summary
-
     for dispatcher_id in woken:
         wakeups.wake(wakeups.INBOX, dispatcher_id)
     for hop in summary_hops:
-        refresh_summary.apply_async(
-            args=[hop.dispatcher_id, hop.child_id, hop.version],
-            queue=dispatch_state.queue_of(hop.dispatcher_id),
-        )
+        wakeups.send(wakeups.REFRESH_SUMMARY, hop.dispatcher_id, hop.child_id, hop.version)
 
 
 def route(dispatcher_id: int, event_ids: list[str], *, direction: str, came_from: int | None):

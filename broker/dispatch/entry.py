@@ -1,8 +1,10 @@
-"""Telling a client's leaf dispatcher that the client changed.
+"""Entry points into the dispatcher tree for the rest of the app: an event published,
+a client changed.
 
-The change is written to the `ClientChange` log in the caller's transaction, and the
-leaf is woken only after commit: a worker never sees a change that was rolled back,
-and a change whose wake-up was lost is still picked up by the leaf's next task.
+Both write their work in the caller's transaction (the event's first hop, the
+`ClientChange` log) and wake the dispatcher only after commit: a worker never sees
+work that was rolled back, and work whose wake-up was lost is still picked up by the
+dispatcher's next task or the periodic sweep.
 """
 
 from __future__ import annotations
@@ -13,8 +15,16 @@ from functools import partial
 from django.db import connection, transaction
 from django.utils import timezone
 
-from broker import announcements, wakeups
-from broker.models import Client, ClientChange
+from broker import announcements
+from broker.dispatch import wakeups
+from broker.dispatch.steps import UP, RouteHop, post_hops
+from broker.models import Client, ClientChange, Event
+
+
+def route_published(event: Event) -> None:
+    """Put a new event in its sender's leaf's inbox, in the publishing transaction; the
+    leaf is woken once it commits."""
+    post_hops([RouteHop(event.sender.dispatcher_id, [str(event.pk)], UP)])
 
 
 def client_changed(client: Client) -> None:
@@ -45,11 +55,7 @@ def clients_changed(clients: Iterable[Client]) -> int:
     with connection.cursor() as cursor:
         cursor.execute(LOG_CHANGES, parameters)
     for dispatcher_id in set(dispatcher_ids):
-        transaction.on_commit(lambda d=dispatcher_id: _enqueue(d), robust=True)
+        transaction.on_commit(lambda d=dispatcher_id: wakeups.wake(wakeups.CHANGES, d), robust=True)
     # The consoles watching the fleet or these clients refresh, after commit.
     transaction.on_commit(partial(announcements.clients_changed, client_ids), robust=True)
     return len(attached)
-
-
-def _enqueue(dispatcher_id: int) -> None:
-    wakeups.wake(wakeups.CHANGES, dispatcher_id)
