@@ -151,6 +151,13 @@ class ReceiverStreamAdmin(ReadOnlyAdmin):
     search_fields = ("client__name",)
 
 
+@admin.register(models.AgentPresence)
+class AgentPresenceAdmin(ReadOnlyAdmin):
+    list_display = ("client", "sessions", "connected_since", "last_seen_at", "last_peer")
+    list_select_related = ("client",)
+    search_fields = ("client__name",)
+
+
 @admin.register(models.TrafficRecord)
 class TrafficRecordAdmin(ReadOnlyAdmin):
     list_display = (

@@ -25,6 +25,7 @@ from broker.scenario import load_scenario
 from broker.services.clients import issue_token
 from broker.services.events import publish_event
 from broker.services.operators import issue_operator_token
+from broker.services.presence import session_opened
 from tests.broker.agent_helpers import ISSUER
 
 pytestmark = pytest.mark.django_db
@@ -53,6 +54,8 @@ def records(operator):
         issue_token(client=servers[index], actor=ISSUER)
         issue_operator_token(user=operator, label=f"soar-{index}", actor=ISSUER)
     ReceiverStream.objects.bulk_create(ReceiverStream(client=s, last_position=5) for s in servers)
+    for server in servers:
+        session_opened(client_id=server.pk, peer="127.0.0.1:40000")
     DispatcherSummary.objects.bulk_create(
         DispatcherSummary(dispatcher=d, version=1, data=Summary().to_json())
         for d in Dispatcher.objects.all()
