@@ -8,7 +8,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from broker.directory import fresh_directory
 from broker.models import Client
-from broker.search import FleetQuery, matching_ids, search_fleet
+from broker.search import CONNECTED, NOT_CONNECTED, FleetQuery, matching_ids, search_fleet
+from broker.selectors import LAST_SEEN_BUCKETS
 from broker.services import clients as client_services
 from console.access import actor_of, requires
 from console.roles import MANAGE_CLIENTS, READ
@@ -34,9 +35,13 @@ def fleet_query(params: QueryDict) -> FleetQuery:
         model=params.get("model", ""),
         order=params.get("sort", "name"),
         page=page,
-        connected=params.get("connected", ""),
-        seen=params.get("seen", ""),
+        connected=_one_of(params.get("connected", ""), (CONNECTED, NOT_CONNECTED)),
+        seen=_one_of(params.get("seen", ""), LAST_SEEN_BUCKETS),
     )
+
+
+def _one_of(value: str, allowed) -> str:
+    return value if value in allowed else ""
 
 
 @require_GET

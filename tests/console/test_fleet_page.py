@@ -102,3 +102,8 @@ def test_an_auditor_cannot_take_bulk_actions_and_the_refusal_is_audited(as_audit
 def test_the_empty_fleet_says_how_to_register_clients(as_auditor):
     body = as_auditor.get(reverse("fleet")).content.decode()
     assert "No client is registered yet" in body
+
+
+def test_unknown_presence_filters_are_ignored_rather_than_matching_nothing(as_auditor, fleet):
+    body = as_auditor.get(reverse("fleet"), {"connected": "maybe", "seen": "soon"}).content
+    assert b'data-total="63"' in body
