@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
-from broker.dispatch.state import snapshot_xmin
-from broker.models import AgentPresence, Client, ClientChange, Dispatcher, PolicyVersion
-from broker.selectors import is_connected, live_attribute_values
+from broker.dispatch.state import clients_changed_since, snapshot_xmin
+from broker.models import AgentPresence, Client, Dispatcher
+from broker.selectors import attributes_by_client, is_connected, newest_policies
 from policies import Matcher, Policy, Selector
 from policies.expressions import Always
 
@@ -72,14 +72,8 @@ class Directory:
 
     def refresh(self) -> set[int]:
         """Apply the changes not surely seen before; return the changed client ids."""
-        horizon = snapshot_xmin()
         leaves = Dispatcher.objects.filter(is_leaf=True).values("id")
-        changed = set(
-            ClientChange.objects.filter(
-                dispatcher_id__in=leaves, txid__gte=self.horizon
-            ).values_list("client_id", flat=True)
-        )
-        self.horizon = horizon
+        self.horizon, changed = clients_changed_since(self.horizon, leaves)
         if changed:
             self._reload(changed)
         self.refresh_presence()
@@ -146,7 +140,7 @@ class Directory:
                 row[0]: Entry(*row)
                 for row in Client.objects.filter(id__in=chunk).values_list(*ENTRY_FIELDS)
             }
-            attributes = _live_attributes(chunk)
+            attributes = attributes_by_client(chunk)
             self._read_policies(chunk)
             for client_id in chunk:
                 entry = entries.get(client_id)
@@ -156,14 +150,8 @@ class Directory:
         self._add_names(added)
 
     def _read_policies(self, chunk: list[int]) -> None:
-        newest = (
-            PolicyVersion.objects.filter(client_id__in=chunk)
-            .order_by("client_id", "-version")
-            .distinct("client_id")
-            .values_list("client_id", "canonical_text")
-        )
         texts: dict[str, str] = {}  # one string per distinct text: most share one
-        for client_id, text in newest:
+        for client_id, text in newest_policies(chunk).items():
             self.policies[client_id] = texts.setdefault(text, text)
 
     def policy_groups(self, ids: set[int]) -> dict[str | None, set[int]]:
@@ -199,14 +187,6 @@ class Directory:
         if entry is not None:
             self._by_name.remove((entry.name, client_id))
             self.matcher.remove(client_id)
-
-
-def _live_attributes(client_ids: list[int]) -> dict[int, dict]:
-    found: dict[int, dict] = {}
-    rows = live_attribute_values().filter(client_id__in=client_ids)
-    for client_id, name, value in rows.values_list("client_id", "name", "value"):
-        found.setdefault(client_id, {})[name] = value
-    return found
 
 
 def _chunks(ids: Iterable[int], size: int) -> Iterator[list[int]]:

@@ -63,8 +63,7 @@ def push(deliveries: Iterable[Pushed]) -> None:
 
 def end_sessions(client_id: int) -> None:
     """Tell every live connection of the client that its tokens were revoked."""
-    layer = get_channel_layer()
-    on_push_loop(layer.group_send(client_group(client_id), {"type": SESSION_REVOKED}))
+    end_sessions_of([client_id])
 
 
 def on_push_loop(coroutine) -> None:

@@ -116,6 +116,7 @@ class _Addressed:
         self.directory = directory
         self.groups = groups
         self.counts: dict[tuple[str, int], int] = {}
+        self.selected: dict[str, set[int]] = {}
         self.words = search_vocabulary()
 
     def count(self, event: Event, group: int) -> int:
@@ -126,10 +127,13 @@ class _Addressed:
 
     def _count(self, text: str, group: int) -> int:
         members = self.groups[group][1]
-        if not text:
-            return len(members)
-        try:
-            selected = self.directory.select(self.words.selector(text))
-        except PolicySyntaxError:  # no longer types: it addresses no one now
-            return 0
-        return len(members & selected)
+        return len(members) if not text else len(members & self._selected(text))
+
+    def _selected(self, text: str) -> set[int]:
+        # One selection per selector, whatever the number of groups it is counted in.
+        if text not in self.selected:
+            try:
+                self.selected[text] = self.directory.select(self.words.selector(text))
+            except PolicySyntaxError:  # no longer types: it addresses no one now
+                self.selected[text] = set()
+        return self.selected[text]

@@ -8,7 +8,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import Any
 
 from django.utils import timezone
 
@@ -16,9 +15,9 @@ from broker.directory import Directory, fresh_directory
 from broker.models import Client
 from broker.selectors import (
     LAST_SEEN_BUCKETS,
+    attributes_by_client,
     is_connected,
     last_seen_bucket,
-    live_attribute_values,
     search_vocabulary,
 )
 from policies import PolicySyntaxError, Selector
@@ -173,10 +172,7 @@ def client_rows(client_ids: list[int]) -> list[dict]:
     """The clients as table rows, in the given order: two queries for any page."""
     clients = Client.objects.filter(id__in=client_ids).select_related("model")
     by_id = {client.id: client for client in clients}
-    values: dict[int, dict[str, Any]] = {client_id: {} for client_id in client_ids}
-    rows = live_attribute_values().filter(client_id__in=client_ids)
-    for client_id, name, value in rows.values_list("client_id", "name", "value"):
-        values[client_id][name] = value
+    values = attributes_by_client(client_ids)
     return [
         {"client": by_id[client_id], "attributes": values[client_id]}
         for client_id in client_ids

@@ -296,8 +296,18 @@ def preview_receivers(*, sender: Client, content: dict, selector: Selector | Non
 
 def _current_policy_texts() -> dict[int, str]:
     """{client id: text of its newest policy version}."""
+    return newest_policies(field="text")
+
+
+def newest_policies(
+    client_ids: Iterable[int] | None = None, *, field: str = "canonical_text"
+) -> dict[int, str]:
+    """{client id: `field` of its newest policy version} for the clients given (or every
+    client) that have one, in one query."""
     newest = PolicyVersion.objects.order_by("client_id", "-version").distinct("client_id")
-    return dict(newest.values_list("client_id", "text"))
+    if client_ids is not None:
+        newest = newest.filter(client_id__in=list(client_ids))
+    return dict(newest.values_list("client_id", field))
 
 
 # ---------------------------------------------------------------------------

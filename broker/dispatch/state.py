@@ -20,9 +20,8 @@ from broker.models import (
     ClientChange,
     Dispatcher,
     DispatcherSummary,
-    PolicyVersion,
 )
-from broker.selectors import live_attribute_values, vocabulary
+from broker.selectors import attributes_by_client, newest_policies, vocabulary
 from broker.vocabulary import Vocabulary
 from policies import Matcher, Policy
 
@@ -84,13 +83,7 @@ class LeafState:
         (reloading a client twice is harmless); below it, every change was committed
         before the previous read and so was seen then.
         """
-        horizon = snapshot_xmin()
-        changed = set(
-            ClientChange.objects.filter(
-                dispatcher_id=self.dispatcher_id, txid__gte=self.horizon
-            ).values_list("client_id", flat=True)
-        )
-        self.horizon = horizon
+        self.horizon, changed = clients_changed_since(self.horizon, [self.dispatcher_id])
         if changed:
             self._reload(changed)
         return changed
@@ -124,32 +117,27 @@ def _receivers(dispatcher_id: int, client_ids: list[int]) -> dict[int, tuple[dic
         ).values_list("id", flat=True)
     )
     policies = _current_policies(eligible)
-    attributes = _live_attributes(policies.keys())
+    attributes = attributes_by_client(policies.keys())
     return {cid: (attributes.get(cid, {}), policy) for cid, policy in policies.items()}
 
 
 def _current_policies(client_ids: set[int]) -> dict[int, Policy]:
     # A receiver without a policy accepts nothing, so it is simply not a receiver yet.
-    rows = (
-        PolicyVersion.objects.filter(client_id__in=client_ids)
-        .order_by("client_id", "-version")
-        .distinct("client_id")
-        .values_list("client_id", "canonical_text")
-    )
-    if not rows:
+    texts = newest_policies(client_ids)
+    if not texts:
         return {}
     # Parsed with the vocabulary, once per distinct text (most receivers share one).
     words = vocabulary()
-    return {client_id: words.stored_policy(text) for client_id, text in rows}
+    return {client_id: words.stored_policy(text) for client_id, text in texts.items()}
 
 
-def _live_attributes(client_ids: Iterable[int]) -> dict[int, dict]:
-    rows = live_attribute_values().filter(client_id__in=list(client_ids))
-    rows = rows.values_list("client_id", "name", "value")
-    found: dict[int, dict] = {}
-    for client_id, name, value in rows:
-        found.setdefault(client_id, {})[name] = value
-    return found
+def clients_changed_since(horizon: int, dispatchers) -> tuple[int, set[int]]:
+    """(the next horizon, the clients whose changes at these dispatchers (ids, or a
+    query of ids) were written by transactions at or above `horizon`): every change
+    below the next horizon is committed and so seen by this read."""
+    following = snapshot_xmin()
+    changes = ClientChange.objects.filter(dispatcher_id__in=dispatchers, txid__gte=horizon)
+    return following, set(changes.values_list("client_id", flat=True))
 
 
 def snapshot_xmin() -> int:
