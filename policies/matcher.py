@@ -30,12 +30,12 @@ from policies.bitsets import (
     membership_test_bytes,
     without,
 )
+from policies.explain import Explanation, Verdict, check_policy, check_selector
 from policies.expressions import EVENT, RECEIVER, SENDER, Constraint, Policy, Selector
 from policies.filter_index import FilterIndex
 from policies.filters import Filter
 from policies.parser import parse_policy, parse_selector
 from policies.receiver_index import AttributeIndex
-from policies.types import format_literal
 
 _ACCEPTANCE_CACHE = 1024
 FEW_RECEIVERS = 256  # accepted receivers walked one by one rather than as bitsets
@@ -362,80 +362,12 @@ class Matcher:
         policy = self.policy(receiver_id)
         if isinstance(selector, str):
             selector = _parse_selector_cached(selector)
-        selector_filters = selector.filters() if selector is not None else [Filter()]
-        selector_verdict = _verdict(selector_filters, {RECEIVER: receiver})
-        policy_verdict = _verdict(policy.filters(), {SENDER: sender or {}, EVENT: content or {}})
-        return Explanation(receiver_id, selector is None, selector_verdict, policy_verdict)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Outcome of one policy or selector: the clause that held, or why each failed."""
-
-    holds: bool
-    clause: str | None
-    failures: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Explanation:
-    """Which selector clause and which policy clause decided a delivery, in words."""
-
-    receiver_id: Hashable
-    no_selector: bool
-    selector: Verdict
-    policy: Verdict
-
-    @property
-    def delivered(self) -> bool:
-        """Would ``match`` deliver the event to this receiver?"""
-        return self.selector.holds and self.policy.holds
-
-    def __str__(self) -> str:
-        outcome = "receives" if self.delivered else "does not receive"
-        return f"{self.receiver_id} {outcome} the event: {self._selector_words()}; " + (
-            self._policy_words()
+        return Explanation(
+            receiver_id,
+            selector is None,
+            check_selector(selector, receiver),
+            check_policy(policy, sender, content),
         )
-
-    def _selector_words(self) -> str:
-        if self.no_selector:
-            return "the event has no selector, every receiver is a candidate"
-        if self.selector.holds:
-            return f"the selector matches through ({self.selector.clause})"
-        return "the selector does not match: " + "; ".join(self.selector.failures)
-
-    def _policy_words(self) -> str:
-        if self.policy.holds:
-            return f"its policy accepts through ({self.policy.clause})"
-        return "its policy refuses: " + "; ".join(self.policy.failures)
-
-
-def _verdict(filters: list[Filter], scopes: Mapping[str, Any]) -> Verdict:
-    failures = []
-    for f in filters:
-        failing = [c for c in f.sorted_constraints() if not c.evaluate(scopes)]
-        if not failing:
-            return Verdict(True, f.text())
-        reasons = ", ".join(_why(c, scopes) for c in failing)
-        failures.append(f"({f.text()}) fails on {reasons}")
-    if not filters:
-        failures.append("it accepts nothing")
-    return Verdict(False, None, tuple(failures))
-
-
-def _why(constraint: Constraint, scopes: Mapping[str, Any]) -> str:
-    attributes = scopes.get(constraint.scope) or {}
-    value = attributes.get(constraint.name)
-    name = constraint.qualified_name()
-    actual = "missing" if value is None else _describe_value(value)
-    return f"{constraint.text()} ({name} is {actual})"
-
-
-def _describe_value(value: Any) -> str:
-    try:
-        return format_literal(value)
-    except (TypeError, ValueError):
-        return repr(value)
 
 
 def _union(bitsets: Iterable[int]) -> int:
