@@ -1,5 +1,6 @@
 """Telling the operators' consoles that what they watch changed, over the channel
-layer: the fleet as a whole (topic `fleet`), or one client (`client.ID`).
+layer: the fleet as a whole (topic `fleet`), one client (`client.ID`), the list of
+events (`events`), or one event's deliveries (`event.UUID`).
 
 A fleet whose agents report their load every few seconds changes all the time, so the
 fleet topic is announced at most once a second per process, and a change inside that
@@ -19,7 +20,12 @@ from channels.layers import get_channel_layer
 from broker.notify import on_push_loop
 
 FLEET = "fleet"
+EVENTS = "events"
 ANNOUNCE_INTERVAL_S = 1.0
+# An operator watches acknowledgements arrive: an event's page hears of them within
+# a quarter of a second, however many arrive.
+EVENT_INTERVAL_S = 0.25
+MAX_EVENT_TOPICS = 100
 MESSAGE_TYPE = "console.changed"  # ConsoleConsumer.console_changed receives it
 MAX_CLIENT_TOPICS = 100  # a bulk change tells the fleet, not each client
 
@@ -47,19 +53,33 @@ def clients_changed(client_ids: Iterable[int]) -> None:
     _send(topics)
 
 
-def announce(topics: Iterable[str]) -> None:
+def event_topic(event_id) -> str:
+    """The topic of one event's page."""
+    return f"event.{event_id}"
+
+
+def events_changed(event_ids: Iterable) -> None:
+    """Announce that deliveries of these events changed (recorded, received,
+    answered or expired): their pages, and the list of events."""
+    topics = [event_topic(i) for i in set(event_ids)]
+    if len(topics) <= MAX_EVENT_TOPICS:
+        announce(topics, interval=EVENT_INTERVAL_S)
+    announce([EVENTS])
+
+
+def announce(topics: Iterable[str], *, interval: float = ANNOUNCE_INTERVAL_S) -> None:
     """Announce `topics` now, or when their interval ends if they were just sent."""
     now = time.monotonic()
     due = []
     with _lock:
         for topic in topics:
             waited = now - _last_sent.get(topic, float("-inf"))
-            if waited >= ANNOUNCE_INTERVAL_S:
+            if waited >= interval:
                 _last_sent[topic] = now
                 due.append(topic)
             elif topic not in _pending:
                 _pending.add(topic)
-                _later(ANNOUNCE_INTERVAL_S - waited, topic)
+                _later(interval - waited, topic)
     _send(due)
 
 

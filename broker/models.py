@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
@@ -108,6 +109,14 @@ class Client(models.Model):
     )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        permissions = [
+            # Held per sender client (django-guardian) by the users and groups that
+            # may send as it from the console; held globally, as any sender.
+            ("send_as_client", "Can send events as this client"),
+            ("delegate_sending", "Can decide who may send as a client"),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -275,6 +284,15 @@ class Event(models.Model):
     # Chosen by the sender so that a retried publish returns this event instead of
     # publishing it twice (the first answer may have been lost after the commit).
     idempotency_key = models.CharField(max_length=128, blank=True, default="")
+    # Who published it: the sender's own agent, or an operator acting for it (an
+    # audit actor, "client:NAME" or "user:NAME").
+    sent_by = models.CharField(max_length=200, blank=True, db_default="")
+    # A resend to the receivers that did not answer an earlier event: only these
+    # clients may receive it (and only if its selector and their policies agree).
+    resend_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="resends"
+    )
+    recipients = ArrayField(models.BigIntegerField(), null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -102,6 +102,70 @@ CONTROLLERS = {
 }
 
 
+WORM_ALERT = {
+    "kind": "alert",
+    "alert": "worm",
+    "threat_level": 4,
+    "target": "IIS",
+    "version": "2.4.*",
+}
+VULNERABLE = 'software == "IIS" and version ~ "2.4.*" and cgi == true'
+OVERLOADED = 'software == "IIS" and version ~ "2.4.*" and load >= 0.8'
+
+
+@dataclass(frozen=True)
+class SendTemplate:
+    """One of the scenario's sends, offered ready-made on the console's send page."""
+
+    slug: str
+    title: str
+    sender: str
+    content: dict
+    selector: str
+    lifetime_s: int
+    channel: str
+
+
+SEND_TEMPLATES = (
+    SendTemplate(
+        "worm-alert",
+        "Worm alert to the Northwest",
+        "northwest-controller",
+        WORM_ALERT,
+        'region == "Northwest"',
+        600,
+        "alerts",
+    ),
+    SendTemplate(
+        "disable-cgi",
+        "Disable CGI on vulnerable IIS servers",
+        "intellimune-national",
+        {"kind": "command", "action": "disable-cgi"},
+        VULNERABLE,
+        300,
+        "commands",
+    ),
+    SendTemplate(
+        "shutdown",
+        "Standing shutdown of overloaded vulnerable servers (10 minutes)",
+        "intellimune-national",
+        {"kind": "command", "action": "shutdown"},
+        OVERLOADED,
+        600,
+        "commands",
+    ),
+    SendTemplate(
+        "status",
+        "Status report from every web server",
+        "intellimune-national",
+        {"kind": "command", "action": "status"},
+        "",
+        120,
+        "commands",
+    ),
+)
+
+
 @dataclass
 class Scenario:
     """Handles to the scenario's cast; secrets are kept only for the demo and tests."""

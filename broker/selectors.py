@@ -7,9 +7,12 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
+from guardian.shortcuts import get_groups_with_perms, get_objects_for_user, get_users_with_perms
 
 from broker.credentials import key_digest
 from broker.errors import InvalidInput
@@ -504,3 +507,40 @@ def last_seen_q(bucket: str, now: datetime, *, via: str = "") -> Q:
     raise InvalidInput(
         f"last seen must be one of: {', '.join(LAST_SEEN_BUCKETS)}", field="last_seen"
     )
+
+
+# ---------------------------------------------------------------------------
+# Sending as a sender client from the console (broker.services.sending).
+
+SEND = "broker.add_event"  # the operator role's permission to send at all
+SEND_AS = "broker.send_as_client"  # per sender client, or global for every sender
+
+
+def senders_for(user) -> QuerySet[Client]:
+    """The active sender clients `user` may send as: granted for each (to the user or
+    one of their groups), or for every sender."""
+    senders = Client.objects.filter(can_send=True, is_active=True).order_by("name")
+    if not user.has_perm(SEND):
+        return senders.none()
+    return get_objects_for_user(user, SEND_AS, klass=senders, accept_global_perms=True)
+
+
+def sending_holders(client: Client) -> list[str]:
+    """Who may send as `client` by a grant for it: "group:NAME" and "user:NAME"."""
+    groups = get_groups_with_perms(client, attach_perms=True)
+    users = get_users_with_perms(client, attach_perms=True, with_group_users=False)
+    codename = SEND_AS.split(".", 1)[1]
+    held = [f"group:{g.name}" for g, perms in groups.items() if codename in perms]
+    held += [f"user:{u.get_username()}" for u, perms in users.items() if codename in perms]
+    return sorted(held)
+
+
+MAX_SENDING_CANDIDATES = 500
+
+
+def sending_candidates() -> list[str]:
+    """Whom sending as a client can be granted to: every group (role), then users."""
+    groups = Group.objects.order_by("name").values_list("name", flat=True)
+    users = get_user_model().objects.filter(is_active=True).order_by("username")
+    usernames = users.values_list("username", flat=True)[:MAX_SENDING_CANDIDATES]
+    return [f"group:{name}" for name in groups] + [f"user:{name}" for name in usernames]

@@ -21,6 +21,9 @@ MANAGE_CLIENTS = "broker.change_client"
 AUTHOR_POLICIES = "broker.add_policyversion"
 ATTEST = "broker.change_attributevalue"
 MANAGE_AUTHORITIES = "broker.change_authority"
+# Sending as a particular sender also needs that sender's object permission
+# (broker.selectors.SEND_AS); deciding who holds it is the admin's.
+DELEGATE_SENDING = "broker.delegate_sending"
 
 
 @dataclass(frozen=True)

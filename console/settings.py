@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "template_partials",
+    "guardian",
     "console",
     "broker",
 ]
@@ -99,6 +100,12 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Object permissions (django-guardian): who may send as which sender client.
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "guardian.backends.ObjectPermissionBackend",
+]
+GUARDIAN_ANONYMOUS_USER_NAME = None  # the console has no anonymous user
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -228,6 +235,9 @@ AGENT_REDELIVER_AFTER_S = env_int("AGENT_REDELIVER_AFTER_S", 5, minimum=1)
 # A session's "last seen" is written at most this often (a fleet of 100,000 heartbeating
 # every AGENT_HEARTBEAT_S would otherwise write thousands of rows a second); a client
 # not seen for three times this long counts as disconnected (broker.selectors).
+# A send from the console that would reach more receivers than this asks the operator
+# to type the count before it goes.
+SEND_CONFIRM_ABOVE = env_int("SEND_CONFIRM_ABOVE", 25, minimum=0)
 PRESENCE_REFRESH_S = env_int("PRESENCE_REFRESH_S", 30, minimum=1)
 if AGENT_HEARTBEAT_S >= 2 * PRESENCE_REFRESH_S:
     # Idle agents would be seen too rarely to stay within the 3x window.

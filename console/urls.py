@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from broker.api import api
-from console.views import clients, fleet, overview, policies, trust
+from console.views import clients, events, fleet, overview, policies, send, trust
 
 urlpatterns = [
     path("", overview.home, name="home"),
@@ -15,6 +15,7 @@ urlpatterns = [
     path("fleet/actions", fleet.bulk_action, name="fleet-bulk"),
     path("clients/<str:name>/", clients.client_page, name="client"),
     path("clients/<str:name>/tokens", clients.tokens, name="client-tokens"),
+    path("clients/<str:name>/sending", clients.sending, name="client-sending"),
     path("policies/", policies.editor, name="policy-editor"),
     path("policies/check", policies.check, name="policy-check"),
     path("policies/preview", policies.preview, name="policy-preview"),
@@ -23,6 +24,12 @@ urlpatterns = [
     path("trust/preview", trust.preview, name="trust-preview"),
     path("trust/apply", trust.apply, name="trust-apply"),
     path("trust/authorities/<slug:name>", trust.manage_authority, name="authority-manage"),
+    path("send/", send.compose, name="send"),
+    path("send/preview", send.preview, name="send-preview"),
+    path("send/go", send.send, name="send-go"),
+    path("events/", events.event_list, name="events"),
+    path("events/<uuid:event_id>/", events.event_page, name="event"),
+    path("events/<uuid:event_id>/resend", send.resend, name="event-resend"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

@@ -154,8 +154,8 @@ def prepare_console(env: dict[str, str], data_dir: Path) -> tuple[str, list[str]
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "collectstatic", "--noinput", "-v", "0")
     admin = manage(env, "ensure_admin", capture=True)
-    users = manage(env, "ensure_demo_users", capture=True)
     manage(env, "load_scenario", "--keys-file", str(demo_keys_file(data_dir)), capture=True)
+    users = manage(env, "ensure_demo_users", capture=True)
     return manage(env, "worker_queues", capture=True), [users, admin]
 
 

@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from broker import audit, notify
+from broker import announcements, audit, notify
 from broker.audit import Actor
 from broker.dispatch.events import RoutedEvent, live_events
 from broker.dispatch.state import LeafState
@@ -77,7 +77,10 @@ def _receivers_of(state: LeafState, event: RoutedEvent) -> set[int]:
     """Exact matching; with matching switched off (a benchmark baseline), everyone."""
     if not settings.TREE_MATCHING:
         return state.matcher.selected(None)
-    return state.matcher.match(event.sender_attributes, event.content, event.selector)
+    matched = state.matcher.match(event.sender_attributes, event.content, event.selector)
+    if event.recipients is not None:
+        matched = {receiver_id for receiver_id in matched if receiver_id in event.recipients}
+    return matched
 
 
 def _audit_policy_refusals(state: LeafState, batch, matched) -> None:
@@ -154,6 +157,8 @@ def _positions(receivers, streams: list[tuple[int, str]]) -> dict[tuple[int, int
 
 
 def _matches(state: LeafState, receiver_id: int, event: RoutedEvent) -> bool:
+    if not event.may_reach(receiver_id):
+        return False
     attributes = state.matcher.attributes(receiver_id)
     if event.selector is not None and not event.selector.selects(attributes):
         return False
@@ -235,6 +240,8 @@ def insert_deliveries(pending: list[Delivery]) -> list[Pushed]:
     # robust: a push that fails (Redis down) is logged, not raised after the commit;
     # the agents are sent what they miss when they confirm (docs/protocol.md).
     transaction.on_commit(lambda: notify.push(pushed), robust=True)
+    events = {p.event_id for p in pushed}
+    transaction.on_commit(lambda: announcements.events_changed(events), robust=True)
     return pushed
 
 

@@ -27,6 +27,12 @@ class RoutedEvent:
     selector: Selector | None
     sender_attributes: dict[str, Any]
     expires_at: datetime
+    # Only these receivers may get it (a resend); None: whoever matches.
+    recipients: frozenset[int] | None = None
+
+    def may_reach(self, receiver_id: int) -> bool:
+        """Whether the event is limited to other receivers than this one."""
+        return self.recipients is None or receiver_id in self.recipients
 
     @property
     def stream(self) -> tuple[int, str]:
@@ -49,6 +55,7 @@ FIELDS = (
     "selector",
     "sender_attributes",
     "expires_at",
+    "recipients",
 )
 
 
@@ -56,6 +63,8 @@ def _routed(row: tuple, words: Vocabulary) -> RoutedEvent:
     values = dict(zip(FIELDS, row, strict=True))
     values["id"] = str(values["id"])
     values["selector"] = parsed_selector(values["selector"], words)
+    if values["recipients"] is not None:
+        values["recipients"] = frozenset(values["recipients"])
     return RoutedEvent(**values)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from broker import audit
+from broker import announcements, audit
 from broker.audit import Actor
 from broker.errors import InvalidInput, NotFound
 from broker.models import Client, Delivery, ReceiverStream
@@ -17,9 +17,6 @@ from broker.models import Client, Delivery, ReceiverStream
 MAX_RESULT_BYTES = 16 * 1024
 ACK_STATUSES = {"ok": Delivery.State.ACKED, "failed": Delivery.State.FAILED}
 ANSWERED = (Delivery.State.ACKED, Delivery.State.FAILED)
-# States a confirmation or an answer moves on: an agent that says it has a delivery
-# has it, even if the event expired before it said so.
-UNCONFIRMED = (Delivery.State.PENDING, Delivery.State.EXPIRED)
 
 
 def acknowledge_delivery(
@@ -71,6 +68,8 @@ def _record_answer(delivery: Delivery, state: str, result: Any, actor: Actor) ->
     delivery.acked_at = timezone.now()
     delivery.received_at = delivery.received_at or delivery.acked_at  # an answer is receipt
     delivery.save(update_fields=["state", "result", "acked_at", "received_at"])
+    event_id = delivery.event_id
+    transaction.on_commit(lambda: announcements.events_changed([event_id]), robust=True)
     audit.record_change(
         actor=actor,
         action="delivery.ack",
@@ -114,16 +113,29 @@ def _stream(client: Client, position: int, *, lock: bool) -> ReceiverStream:
     return stream
 
 
+# A confirmation moves pending and expired deliveries on: an agent that says it has a
+# delivery has it, even if the event expired before it said so.
+MARK_RECEIVED = """
+UPDATE broker_delivery SET state = 'delivered', received_at = %s
+WHERE receiver_id = %s AND position > %s AND position <= %s
+  AND state IN ('pending', 'expired')
+RETURNING event_id
+"""
+
+
 def _mark_received(client: Client, after: int, through: int) -> None:
-    Delivery.objects.filter(
-        receiver=client, position__gt=after, position__lte=through, state__in=UNCONFIRMED
-    ).update(state=Delivery.State.DELIVERED, received_at=timezone.now())
+    with connection.cursor() as cursor:
+        cursor.execute(MARK_RECEIVED, [timezone.now(), client.pk, after, through])
+        events = {row[0] for row in cursor.fetchall()}
+    if events:
+        transaction.on_commit(lambda: announcements.events_changed(events), robust=True)
 
 
 EXPIRE_UNCONFIRMED = """
 UPDATE broker_delivery AS d SET state = 'expired'
 FROM broker_event AS e
 WHERE d.state = 'pending' AND d.event_id = e.id AND e.expires_at <= now()
+RETURNING d.event_id
 """
 
 
@@ -132,4 +144,8 @@ def expire_unconfirmed() -> int:
     (the receiver was offline, or never said it had them); return how many changed."""
     with connection.cursor() as cursor:
         cursor.execute(EXPIRE_UNCONFIRMED)
-        return cursor.rowcount
+        events = {row[0] for row in cursor.fetchall()}
+        expired = cursor.rowcount
+    if events:
+        transaction.on_commit(lambda: announcements.events_changed(events), robust=True)
+    return expired

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from broker import audit
+from broker.announcements import EVENTS, announce
 from broker.attributes import check_value
 from broker.audit import Actor
 from broker.dispatch.entry import route_published
@@ -40,6 +42,8 @@ def publish_event(
     channel: str = "default",
     idempotency_key: str | None = None,
     actor: Actor | None = None,
+    recipients: list[int] | None = None,
+    resend_of: Event | None = None,
 ) -> Event:
     """Accept an event from `sender` and route it after commit.
 
@@ -47,6 +51,8 @@ def publish_event(
     stored with the event; nothing in `content` can change them. With an
     `idempotency_key` the sender already used, nothing is published: the event first
     published with it is returned (a retry after a lost answer must not send twice).
+    `recipients` limits who may receive it to those clients (a resend to the receivers
+    that did not answer `resend_of`).
     """
     actor = actor or Actor("client", sender.name)
     audited = audit.refusals_recorded(
@@ -62,8 +68,9 @@ def publish_event(
         earlier = _earlier_event(sender, key, request)
     if earlier is not None:
         return earlier
+    origin = Origin(str(actor), recipients, resend_of)
     try:
-        return _publish(sender, request, key)
+        return _publish(sender, request, key, origin)
     except IntegrityError:
         # Another publish with the same key committed in between: it wins.
         with audited:
@@ -83,12 +90,22 @@ class PublishRequest:
     channel: str
 
 
-def _publish(sender: Client, request: PublishRequest, key: str) -> Event:
+@dataclass(frozen=True)
+class Origin:
+    """Who published an event, and whom it is limited to (a resend's receivers)."""
+
+    sent_by: str
+    recipients: list[int] | None = None
+    resend_of: Event | None = None
+
+
+def _publish(sender: Client, request: PublishRequest, key: str, origin: Origin) -> Event:
     with transaction.atomic():
-        event = _create_event(sender, request, key)
+        event = _create_event(sender, request, key, origin)
         # The first hop is written with the event: an accepted event is never left
         # without its routing.
         route_published(event)
+        transaction.on_commit(lambda: announce([EVENTS]), robust=True)
     return event
 
 
@@ -123,14 +140,20 @@ def _request_of(event: Event) -> PublishRequest:
 
 
 def check_event(
-    *, sender: Client, content: Mapping[str, Any], selector: str = ""
+    *,
+    sender: Client,
+    content: Mapping[str, Any],
+    selector: str = "",
+    lifetime_s: Any = 60,
+    channel: Any = "default",
+    actor: Actor | None = None,
 ) -> Selector | None:
     """Check an event as publishing would, without publishing it (a preview); return
     its parsed selector. Refusals are audited."""
-    actor = Actor("client", sender.name)
+    actor = actor or Actor("client", sender.name)
     target = f"client:{sender.name}"
     with audit.refusals_recorded(actor=actor, action="event.preview", target=target):
-        return _check_publish(sender, content, selector, 60, "default")
+        return _check_publish(sender, content, selector, lifetime_s, channel)
 
 
 def _check_publish(
@@ -167,10 +190,15 @@ def _check_content(content: Any) -> None:
                 "attestations, never from the event",
                 field=f"content.{name}",
             )
-        if not isinstance(value, str | int | float | bool):
+        if not isinstance(value, str | int | float | bool) or _not_finite(value):
             raise InvalidInput(
                 f"{name} must be text, a number or true/false", field=f"content.{name}"
             )
+
+
+def _not_finite(value: Any) -> bool:
+    # NaN and infinities are not JSON: PostgreSQL would refuse to store them.
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def _check_declared_content(content: Mapping[str, Any], words: Vocabulary) -> None:
@@ -217,7 +245,7 @@ def _next_sequence(sender: Client, channel: str) -> int:
         return cursor.fetchone()[0]
 
 
-def _create_event(sender: Client, request: PublishRequest, key: str) -> Event:
+def _create_event(sender: Client, request: PublishRequest, key: str, origin: Origin) -> Event:
     now = timezone.now()
     return Event.objects.create(
         sender=sender,
@@ -230,4 +258,7 @@ def _create_event(sender: Client, request: PublishRequest, key: str) -> Event:
         published_at=now,
         expires_at=now + timedelta(seconds=request.lifetime_s),
         idempotency_key=key,
+        sent_by=origin.sent_by,
+        recipients=origin.recipients,
+        resend_of=origin.resend_of,
     )

@@ -48,3 +48,9 @@ def literal(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+@register.filter
+def percent(tally, part: str) -> str:
+    """A part of a tally (broker.progress.Tally) as a CSS width: "12.50"."""
+    return f"{tally.percent(part):.2f}"

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from broker import selectors
+from broker.errors import BrokerError
 from broker.models import Client
 from broker.services import clients as client_services
+from broker.services.sending import grant_sending, withdraw_sending
 from console.access import actor_of, requires
 from console.diffs import policy_diff
-from console.roles import MANAGE_CLIENTS, READ
+from console.roles import DELEGATE_SENDING, MANAGE_CLIENTS, READ
 
 
 def _client_or_404(name: str) -> Client:
@@ -41,8 +45,57 @@ def client_page(request: HttpRequest, name: str) -> HttpResponse:
         "grants": list(client.grants.select_related("authority").order_by("-created_at")),
         "deliveries": selectors.recent_deliveries(client),
         "stream": selectors.stream_of(client),
+        **_sending_context(client),
     }
     return render(request, "console/client.html", context)
+
+
+def _sending_context(client: Client) -> dict:
+    """Who may send as a sender client, and whom it could be granted to."""
+    if not client.can_send:
+        return {}
+    return {
+        "holders": selectors.sending_holders(client),
+        "candidates": [
+            f"group:{g}" for g in Group.objects.order_by("name").values_list("name", flat=True)
+        ]
+        + [
+            f"user:{u}"
+            for u in get_user_model()
+            .objects.order_by("username")
+            .values_list("username", flat=True)[:200]
+        ],
+    }
+
+
+@require_POST
+@requires(DELEGATE_SENDING, action="client.sending")
+def sending(request: HttpRequest, name: str) -> HttpResponse:
+    """Let a user or a role send as this client, or stop them (audited)."""
+    client = _client_or_404(name)
+    change = {"grant": grant_sending, "withdraw": withdraw_sending}.get(request.POST.get("do"))
+    holder = _holder(request.POST.get("holder", ""))
+    if change is None or holder is None:
+        problem = "Say what to do (grant or withdraw) and for whom: group:NAME or user:NAME."
+        context = {"client": client, "problem": problem, **_sending_context(client)}
+        return render(request, "console/client.html#sending", context, status=400)
+    try:
+        change(client=client, holder=holder, actor=actor_of(request))
+    except BrokerError as error:
+        context = {"client": client, "problem": error.message, **_sending_context(client)}
+        return render(request, "console/client.html#sending", context, status=400)
+    context = {"client": client, **_sending_context(client)}
+    return render(request, "console/client.html#sending", context)
+
+
+def _holder(text: str):
+    """The group or user a "group:NAME" / "user:NAME" names, or None."""
+    kind, _, name = text.partition(":")
+    if kind == "group":
+        return Group.objects.filter(name=name).first()
+    if kind == "user":
+        return get_user_model().objects.filter(username=name).first()
+    return None
 
 
 def _chosen_diff(versions: list, asked: str) -> dict | None:

@@ -1,8 +1,10 @@
 // The console's WebSocket (Channels through Redis): the footer's server clock, and live
-// updates of the page. Elements with data-live-topic ("fleet", "client.ID") are watched;
-// when the server announces a change, each refreshes its own part of the page with
-// htmx (data-live-select says which part of the answer), at most every 2 seconds. A
-// part where the operator ticked rows is not replaced: a notice offers the refresh.
+// updates of the page. Elements with data-live-topic ("fleet", "client.ID", "events",
+// "event.UUID") are watched; when the server announces a change, each refreshes its
+// own part of the page with htmx (data-live-select says which part of the answer), at
+// most every 2 seconds (data-live-interval: other milliseconds). A part where the
+// operator ticked rows is not replaced: a notice offers the refresh. Elements with
+// data-elapsed-since (an ISO time) count the time since it, locally, every second.
 (function () {
   "use strict";
   const footer = document.getElementById("server-clock");
@@ -53,9 +55,10 @@
     watched().forEach(function (el) {
       if (el.dataset.liveTopic !== topic) return;
       const since = Date.now() - (lastRefresh.get(el) || 0);
+      const every = Number(el.dataset.liveInterval) || REFRESH_MS;
       if (el.dataset.refreshPending) return;
       el.dataset.refreshPending = "1";
-      window.setTimeout(function () { refresh(el); }, Math.max(0, REFRESH_MS - since));
+      window.setTimeout(function () { refresh(el); }, Math.max(0, every - since));
     });
   }
 
@@ -92,5 +95,19 @@
     }
   }
 
+  function elapsed(seconds) {
+    const s = Math.max(0, Math.floor(seconds));
+    if (s < 60) return s + " s ago";
+    if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s ago";
+    return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min ago";
+  }
+
+  function tick() {
+    document.querySelectorAll("[data-elapsed-since]").forEach(function (el) {
+      el.textContent = elapsed((Date.now() - Date.parse(el.dataset.elapsedSince)) / 1000);
+    });
+  }
+
+  window.setInterval(tick, 1000);
   connect();
 })();

@@ -5,7 +5,12 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand
+from guardian.shortcuts import get_group_perms
 
+from broker.audit import Actor
+from broker.models import Client
+from broker.selectors import SEND_AS
+from broker.services.sending import grant_sending
 from console.roles import ADMIN, AUDITOR, OPERATOR, POLICY_AUTHOR, TRUST_OFFICER, sync_roles
 
 PASSWORD_BYTES = 12
@@ -21,7 +26,8 @@ class Command(BaseCommand):
     help = (
         "Create the demo's users, one per role (operator, author, officer, auditor), "
         "each with a generated password printed this one time; the admin holds the "
-        f"{ADMIN.name!r} role too."
+        f"{ADMIN.name!r} role too. The {OPERATOR.name!r} role may send as every sender "
+        "client there is (run it after load_scenario)."
     )
 
     def handle(self, *args, **options):
@@ -36,6 +42,7 @@ class Command(BaseCommand):
             user.groups.add(Group.objects.get(name=role.name))
             created.append(f"  {username:<9} {password}  ({role.name}: {role.purpose})")
         self._add_admins_to_admin_role(users)
+        self._let_operators_send_as_senders()
         if created:
             self.stdout.write("Demo users, shown only now:\n" + "\n".join(created))
         else:
@@ -45,3 +52,10 @@ class Command(BaseCommand):
         admin_role = Group.objects.get(name=ADMIN.name)
         for user in users.objects.filter(is_superuser=True):
             user.groups.add(admin_role)
+
+    def _let_operators_send_as_senders(self) -> None:
+        operators = Group.objects.get(name=OPERATOR.name)
+        demo = Actor("system", "demo")
+        for sender in Client.objects.filter(can_send=True).order_by("name"):
+            if SEND_AS.split(".")[1] not in get_group_perms(operators, sender):
+                grant_sending(client=sender, holder=operators, actor=demo)

@@ -1,0 +1,156 @@
+"""What became of an event so far, for the console's event page: how many receivers it
+targeted, how many have it, answered ok, failed, have not answered, or expired
+without ever getting it; overall, per region and per dispatcher.
+
+Everything is counted from the deliveries table in one grouped query, so the page is
+as true as the database, and as fast for 25,000 receivers as for 25.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.core.paginator import Page, Paginator
+from django.db import connection
+from django.db.models import Count, QuerySet
+from django.utils import timezone
+
+from broker.models import Delivery, Event
+
+State = Delivery.State
+NO_REGION = "(no region)"
+NO_DISPATCHER = "(none)"
+UNANSWERED_STATES = (State.PENDING, State.DELIVERED, State.EXPIRED)
+PAGE_SIZE = 50
+
+
+@dataclass
+class Tally:
+    """Deliveries of one event by state, for everyone or one region or dispatcher."""
+
+    label: str = ""
+    pending: int = 0
+    delivered: int = 0  # the agent has it and has not answered
+    acked: int = 0
+    failed: int = 0
+    expired: int = 0
+
+    def add(self, state: str, count: int) -> None:
+        setattr(self, state, getattr(self, state) + count)
+
+    @property
+    def targeted(self) -> int:
+        """Every receiver the event was recorded for."""
+        return self.pending + self.delivered + self.acked + self.failed + self.expired
+
+    @property
+    def received(self) -> int:
+        """Receivers whose agent has it (answered or not)."""
+        return self.delivered + self.acked + self.failed
+
+    @property
+    def answered(self) -> int:
+        return self.acked + self.failed
+
+    @property
+    def waiting(self) -> int:
+        """No answer yet: recorded or received, not answered, not expired."""
+        return self.pending + self.delivered
+
+    def percent(self, part: str) -> float:
+        """`part` (a state or property) as a percentage of those targeted."""
+        return 100.0 * getattr(self, part) / self.targeted if self.targeted else 0.0
+
+
+@dataclass
+class Progress:
+    """An event's deliveries so far: totals, per region and per dispatcher."""
+
+    event: Event
+    now: datetime
+    total: Tally = field(default_factory=Tally)
+    by_region: list[Tally] = field(default_factory=list)
+    by_dispatcher: list[Tally] = field(default_factory=list)
+
+    @property
+    def live(self) -> bool:
+        """Whether the event can still reach receivers (it has not expired)."""
+        return self.event.expires_at > self.now
+
+    @property
+    def standing(self) -> bool:
+        """A live event with a selector: servers that come to match it later get it too."""
+        return self.live and bool(self.event.selector)
+
+
+STATE_COUNTS = """
+SELECT d.state,
+       COALESCE(region.value #>> '{}', %s) AS region,
+       COALESCE(dispatcher.name, %s) AS dispatcher,
+       count(*)
+FROM broker_delivery AS d
+JOIN broker_client AS c ON c.id = d.receiver_id
+LEFT JOIN broker_dispatcher AS dispatcher ON dispatcher.id = c.dispatcher_id
+LEFT JOIN broker_attributevalue AS region
+       ON region.client_id = d.receiver_id AND region.name = 'region'
+WHERE d.event_id = %s
+GROUP BY 1, 2, 3
+"""
+
+
+def event_progress(event: Event) -> Progress:
+    """The event's deliveries counted by state, region and dispatcher (one query)."""
+    progress = Progress(event=event, now=timezone.now())
+    regions: dict[str, Tally] = {}
+    dispatchers: dict[str, Tally] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(STATE_COUNTS, [NO_REGION, NO_DISPATCHER, event.pk])
+        for state, region, dispatcher, count in cursor.fetchall():
+            progress.total.add(state, count)
+            regions.setdefault(region, Tally(region)).add(state, count)
+            dispatchers.setdefault(dispatcher, Tally(dispatcher)).add(state, count)
+    progress.by_region = sorted(regions.values(), key=lambda tally: tally.label)
+    progress.by_dispatcher = sorted(dispatchers.values(), key=lambda tally: tally.label)
+    return progress
+
+
+def unanswered(event: Event, *, page: int) -> Page:
+    """A page of the receivers that have not answered, by name."""
+    rows = (
+        Delivery.objects.filter(event=event, state__in=UNANSWERED_STATES)
+        .order_by("receiver__name")
+        .values("receiver__name", "state", "delivered_at", "received_at")
+    )
+    return Paginator(rows, PAGE_SIZE).get_page(page)
+
+
+def failed(event: Event, *, limit: int = PAGE_SIZE) -> list[dict]:
+    """The receivers that answered "failed", with the result their agent reported."""
+    rows = Delivery.objects.filter(event=event, state=State.FAILED).order_by("receiver__name")
+    return list(rows.values("receiver__name", "acked_at", "result")[:limit])
+
+
+def recent_events(*, sender: str = "", live_only: bool = False) -> QuerySet[Event]:
+    """Events, newest first, with their deliveries counted by outcome."""
+    events = Event.objects.select_related("sender").order_by("-published_at")
+    if sender:
+        events = events.filter(sender__name=sender)
+    if live_only:
+        events = events.filter(expires_at__gt=timezone.now())
+    return events
+
+
+def with_counts(events: list[Event]) -> list[Event]:
+    """`events` with `.tally` set: their deliveries by state, in one query."""
+    tallies = {event.pk: Tally() for event in events}
+    counts = (
+        Delivery.objects.filter(event_id__in=list(tallies))
+        .values("event_id", "state")
+        .annotate(n=Count("id"))
+    )
+    for row in counts:
+        tallies[row["event_id"]].add(row["state"], row["n"])
+    for event in events:
+        event.tally = tallies[event.pk]
+    return events

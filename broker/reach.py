@@ -1,0 +1,130 @@
+"""Whom an event would reach before it is sent, from both sides: the receivers its
+selector addresses, and which of those would refuse its sender or content under their
+own policies, and why (the failing clauses), by region and by model.
+
+It reads the console's directory (broker.directory), which selects exactly as the
+leaves do; acceptance depends only on the sender's attested attributes and the content,
+so each distinct policy among the addressed receivers is checked once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.directory import Directory, fresh_directory
+from broker.models import Client
+from broker.selectors import attested_attributes, vocabulary
+from policies import Selector
+from policies.explain import Verdict, check_policy
+
+EXAMPLES_PER_REASON = 5
+NO_POLICY_REASON = "it has no policy yet, so it accepts nothing"
+REGION = "region"
+NO_REGION = "(no region)"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Addressed receivers that would refuse, for one reason."""
+
+    reason: str
+    policy: str | None  # the canonical policy that refuses (None: no policy yet)
+    verdict: Verdict | None
+    count: int
+    examples: list[str]
+
+
+@dataclass
+class Breakdown:
+    """Addressed and accepting receivers sharing one region, or one model."""
+
+    value: str
+    addressed: int = 0
+    accepting: int = 0
+
+    @property
+    def refusing(self) -> int:
+        return self.addressed - self.accepting
+
+
+@dataclass
+class Reach:
+    """What sending would do now: addressed, accepting, the refusals and where."""
+
+    sender_attributes: dict[str, Any]
+    addressed: int = 0
+    accepting: int = 0
+    refusals: list[Refusal] = field(default_factory=list)
+    by_region: list[Breakdown] = field(default_factory=list)
+    by_model: list[Breakdown] = field(default_factory=list)
+    refusing_names: list[str] = field(default_factory=list)
+
+    @property
+    def refusing(self) -> int:
+        return self.addressed - self.accepting
+
+
+def reach_of(
+    *,
+    sender: Client,
+    content: dict[str, Any],
+    selector: Selector | None,
+    within: list[int] | None = None,
+) -> Reach:
+    """The two-sided preview of `sender` publishing `content` to `selector` now
+    (limited to the clients `within`, for a resend)."""
+    reach = Reach(sender_attributes=attested_attributes(sender))
+    with fresh_directory() as directory:
+        addressed = _addressable(directory, directory.select(selector))
+        if within is not None:
+            addressed &= set(within)
+        accepting: set[int] = set()
+        for text, members in directory.policy_groups(addressed).items():
+            verdict = _verdict(text, reach.sender_attributes, content)
+            if verdict is not None and verdict.holds:
+                accepting |= members
+            else:
+                reach.refusals.append(_refusal(directory, text, verdict, members))
+        _count(reach, directory, addressed, accepting)
+    reach.refusals.sort(key=lambda refusal: (-refusal.count, refusal.reason))
+    return reach
+
+
+def _addressable(directory: Directory, ids: set[int]) -> set[int]:
+    """Those of `ids` that can receive at all: active receivers."""
+    entries = directory.entries
+    return {i for i in ids if entries[i].can_receive and entries[i].is_active}
+
+
+def _verdict(text: str | None, sender_attributes: dict, content: dict) -> Verdict | None:
+    if text is None:
+        return None
+    return check_policy(vocabulary().stored_policy(text), sender_attributes, content)
+
+
+def _refusal(
+    directory: Directory, text: str | None, verdict: Verdict | None, members: set[int]
+) -> Refusal:
+    names = sorted(directory.entries[i].name for i in members)
+    reason = NO_POLICY_REASON if verdict is None else verdict.reason
+    return Refusal(reason, text, verdict, len(members), names[:EXAMPLES_PER_REASON])
+
+
+def _count(reach: Reach, directory: Directory, addressed: set[int], accepting: set[int]) -> None:
+    reach.addressed, reach.accepting = len(addressed), len(accepting)
+    entries = directory.entries
+    regions: dict[str, Breakdown] = {}
+    models: dict[str, Breakdown] = {}
+    for client_id in addressed:
+        region = directory.matcher.attributes(client_id).get(REGION)
+        rows = (
+            regions.setdefault(str(region or NO_REGION), Breakdown(str(region or NO_REGION))),
+            models.setdefault(entries[client_id].model, Breakdown(entries[client_id].model)),
+        )
+        for row in rows:
+            row.addressed += 1
+            row.accepting += client_id in accepting
+    reach.by_region = sorted(regions.values(), key=lambda row: row.value)
+    reach.by_model = sorted(models.values(), key=lambda row: row.value)
+    reach.refusing_names = sorted(entries[i].name for i in addressed - accepting)

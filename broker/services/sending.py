@@ -1,0 +1,191 @@
+"""Operators sending as a sender client from the console: who may act for which
+sender (an object permission per sender client, django-guardian), the confirmation a
+large send needs, and resending to the receivers that did not answer.
+
+The sender's qualifying attributes stay the ones its authorities attested: acting for a
+sender never lets an operator choose them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, Group
+from django.db import transaction
+from guardian.shortcuts import assign_perm, remove_perm
+
+from broker import audit
+from broker.audit import Actor
+from broker.errors import BrokerError, InvalidInput, NotAuthorised
+from broker.models import Client, Delivery, Event
+from broker.reach import Reach, reach_of
+from broker.selectors import SEND, SEND_AS
+from broker.services.events import check_event, publish_event
+
+UNANSWERED = (Delivery.State.PENDING, Delivery.State.DELIVERED, Delivery.State.EXPIRED)
+
+
+class ConfirmationNeeded(BrokerError):
+    """The send reaches more receivers than the threshold: the operator must type
+    how many (`count`) to confirm."""
+
+    code = "confirmation_needed"
+
+    def __init__(self, message: str, *, count: int) -> None:
+        super().__init__(message, field="confirm")
+        self.count = count
+
+
+@dataclass(frozen=True)
+class Draft:
+    """What an operator asks to send, as typed (checked by the event service)."""
+
+    sender: Client
+    content: dict[str, Any]
+    selector: str = ""
+    lifetime_s: Any = 60
+    channel: Any = "default"
+    recipients: list[int] | None = None
+    resend_of: Event | None = None
+
+
+def may_send_as(user: AbstractBaseUser, sender: Client) -> bool:
+    """Whether `user` may send, and as this sender (granted for it, or for any)."""
+    if not user.has_perm(SEND):
+        return False
+    return user.has_perm(SEND_AS) or user.has_perm(SEND_AS, sender)
+
+
+def preview_send(*, user: AbstractBaseUser, draft: Draft) -> Reach:
+    """Check the draft as publishing would and say whom it would reach; refusals
+    (including acting for a sender one may not) are audited."""
+    actor = Actor("user", user.get_username())
+    _check_may_send(user, draft.sender, actor)
+    selector = check_event(
+        sender=draft.sender,
+        content=draft.content,
+        selector=draft.selector,
+        lifetime_s=draft.lifetime_s,
+        channel=draft.channel,
+        actor=actor,
+    )
+    return reach_of(
+        sender=draft.sender, content=draft.content, selector=selector, within=draft.recipients
+    )
+
+
+def send_as(*, user: AbstractBaseUser, draft: Draft, confirmed_count: int | None) -> Event:
+    """Publish the draft as its sender for `user`. If it would reach more receivers
+    than SEND_CONFIRM_ABOVE, `confirmed_count` must be exactly that number (typed by
+    the operator), else ConfirmationNeeded says the number to type."""
+    actor = Actor("user", user.get_username())
+    reach = preview_send(user=user, draft=draft)
+    _check_confirmation(reach.accepting, confirmed_count, actor, draft.sender)
+    with transaction.atomic():
+        event = publish_event(
+            sender=draft.sender,
+            content=draft.content,
+            selector=draft.selector,
+            lifetime_s=draft.lifetime_s,
+            channel=draft.channel,
+            actor=actor,
+            recipients=draft.recipients,
+            resend_of=draft.resend_of,
+        )
+        _record_send(actor, event, reach, confirmed_count)
+    return event
+
+
+def resend_unanswered(*, user: AbstractBaseUser, event: Event, confirmed_count: int | None):
+    """Send `event` again, as a new event limited to the receivers that have not
+    answered it (still pending, confirmed without an answer, or expired unconfirmed)."""
+    waiting = list(
+        event.deliveries.filter(state__in=UNANSWERED).values_list("receiver_id", flat=True)
+    )
+    if not waiting:
+        raise InvalidInput("every receiver of this event answered", field="event")
+    draft = Draft(
+        sender=event.sender,
+        content=event.content,
+        selector=event.selector,
+        lifetime_s=event.lifetime_s,
+        channel=event.channel,
+        recipients=sorted(waiting),
+        resend_of=event,
+    )
+    return send_as(user=user, draft=draft, confirmed_count=confirmed_count)
+
+
+def _check_may_send(user: AbstractBaseUser, sender: Client, actor: Actor) -> None:
+    target = f"client:{sender.name}"
+    with audit.refusals_recorded(actor=actor, action="event.send", target=target):
+        if not may_send_as(user, sender):
+            raise NotAuthorised(
+                f"{user.get_username()} may not send as {sender.name}", field="sender"
+            )
+
+
+def _check_confirmation(count: int, confirmed: int | None, actor: Actor, sender: Client) -> None:
+    if count <= settings.SEND_CONFIRM_ABOVE or confirmed == count:
+        return
+    message = f"this reaches {count} receivers: type {count} to confirm"
+    if confirmed is None:
+        raise ConfirmationNeeded(message, count=count)
+    target = f"client:{sender.name}"
+    with audit.refusals_recorded(actor=actor, action="event.send", target=target):
+        raise ConfirmationNeeded(f"you typed {confirmed}, but {message}", count=count)
+
+
+def _record_send(actor: Actor, event: Event, reach: Reach, confirmed: int | None) -> None:
+    details = {
+        "as": event.sender.name,
+        "selector": event.selector,
+        "addressed": reach.addressed,
+        "accepting": reach.accepting,
+        "refused_by": audit.listed(reach.refusing_names),
+        "confirmed_by": actor.name if confirmed is not None else None,
+        "confirmed_count": confirmed,
+    }
+    if event.resend_of_id:
+        details["resend_of"] = str(event.resend_of_id)
+    audit.record_change(
+        actor=actor, action="event.send", target=f"event:{event.pk}", details=details
+    )
+
+
+def grant_sending(*, client: Client, holder: AbstractBaseUser | Group, actor: Actor) -> None:
+    """Let a user or a group (a role) send as `client` from the console."""
+    _check_sender(client)
+    with transaction.atomic():
+        assign_perm(SEND_AS, holder, client)
+        audit.record_change(
+            actor=actor,
+            action="client.grant_sending",
+            target=f"client:{client.name}",
+            details={"holder": _holder_name(holder)},
+        )
+
+
+def withdraw_sending(*, client: Client, holder: AbstractBaseUser | Group, actor: Actor) -> None:
+    """Stop a user or a group sending as `client` (a global grant is not touched)."""
+    with transaction.atomic():
+        remove_perm(SEND_AS, holder, client)
+        audit.record_change(
+            actor=actor,
+            action="client.withdraw_sending",
+            target=f"client:{client.name}",
+            details={"holder": _holder_name(holder)},
+        )
+
+
+def _check_sender(client: Client) -> None:
+    if not client.can_send:
+        raise InvalidInput(f"{client.name} is not a sender", field="client")
+
+
+def _holder_name(holder: AbstractBaseUser | Group) -> str:
+    if isinstance(holder, Group):
+        return f"group:{holder.name}"
+    return f"user:{holder.get_username()}"
