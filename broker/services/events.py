@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -25,6 +26,8 @@ from policies import PolicySyntaxError, Selector
 
 MAX_LIFETIME_S = 7 * 24 * 3600
 MAX_CONTENT_ATTRIBUTES = 100
+# Every receiver is pushed the content: a command, not a payload (a file goes elsewhere).
+MAX_CONTENT_BYTES = 64 * 1024
 MAX_SELECTOR_LENGTH = 10_000
 CONTENT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CHANNEL_NAME = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
@@ -180,6 +183,10 @@ def _check_content(content: Any) -> None:
     if len(content) > MAX_CONTENT_ATTRIBUTES:
         raise InvalidInput(
             f"content has more than {MAX_CONTENT_ATTRIBUTES} attributes", field="content"
+        )
+    if len(json.dumps(content, default=str)) > MAX_CONTENT_BYTES:
+        raise InvalidInput(
+            f"content is larger than {MAX_CONTENT_BYTES} bytes as JSON", field="content"
         )
     for name, value in content.items():
         if not isinstance(name, str) or not CONTENT_NAME.fullmatch(name.split(".", 1)[-1]):

@@ -128,14 +128,17 @@ def _check_may_send(user: AbstractBaseUser, sender: Client, actor: Actor) -> Non
 
 
 def _check_confirmation(count: int, confirmed: int | None, actor: Actor, sender: Client) -> None:
+    """Let the send go if it is small or the operator typed its count (a negative
+    `confirmed` stands for something typed that is not a number)."""
     if count <= settings.SEND_CONFIRM_ABOVE or confirmed == count:
         return
     message = f"this reaches {count} receivers: type {count} to confirm"
     if confirmed is None:
         raise ConfirmationNeeded(message, count=count)
+    typed = "something else" if confirmed < 0 else str(confirmed)
     target = f"client:{sender.name}"
     with audit.refusals_recorded(actor=actor, action="event.send", target=target):
-        raise ConfirmationNeeded(f"you typed {confirmed}, but {message}", count=count)
+        raise ConfirmationNeeded(f"you typed {typed}, but {message}", count=count)
 
 
 def _record_send(actor: Actor, event: Event, reach: Reach, confirmed: int | None) -> None:

@@ -191,3 +191,29 @@ def test_an_unknown_holder_is_a_clear_error(client, scenario):
     response = client.post(url, {"do": "grant", "holder": "user:nobody"})
 
     assert response.status_code == 400 and "group:NAME or user:NAME" in response.content.decode()
+
+
+def test_content_larger_than_the_limit_is_refused_before_any_receiver_gets_it(
+    as_operator, scenario
+):
+    huge = {
+        **DISABLE_CGI,
+        "content_name": ["kind", "note"],
+        "content_value": ["command", "x" * 70_000],
+    }
+
+    response = as_operator.post(reverse("send-go"), huge)
+
+    assert response.status_code == 400 and "larger than 65536 bytes" in response.content.decode()
+    assert Event.objects.count() == 0
+
+
+def test_a_count_that_is_not_a_number_is_named_as_such(as_operator, scenario, settings):
+    settings.SEND_CONFIRM_ABOVE = 5
+
+    response = as_operator.post(reverse("send-go"), {**ALERT_FIELDS, "confirm_count": "ten"})
+
+    assert (
+        response.status_code == 409
+        and "you typed something else" in response.content.decode().lower()
+    )
