@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from broker.api import api
-from console.views import clients, fleet, overview, policies, trust
+from console.views import audit, clients, fleet, overview, policies, trust
 
 urlpatterns = [
     path("", overview.home, name="home"),
@@ -23,6 +23,8 @@ urlpatterns = [
     path("trust/preview", trust.preview, name="trust-preview"),
     path("trust/apply", trust.apply, name="trust-apply"),
     path("trust/authorities/<slug:name>", trust.manage_authority, name="authority-manage"),
+    path("audit/", audit.audit_log, name="audit-log"),
+    path("audit/export.csv", audit.export_csv, name="audit-export"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
