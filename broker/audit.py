@@ -59,9 +59,14 @@ def record_change(
     )
 
 
-def listed(names: list[str]) -> dict:
-    """Names for an entry's details: the first MAX_LISTED_NAMES, and how many more."""
-    return {"names": names[:MAX_LISTED_NAMES], "unlisted": max(0, len(names) - MAX_LISTED_NAMES)}
+def listed(names: list[str], *, total: int | None = None) -> dict:
+    """Names for an entry's details: the first MAX_LISTED_NAMES, and how many more
+    (of `total`, when only some of the names were read)."""
+    shown = names[:MAX_LISTED_NAMES]
+    return {
+        "names": shown,
+        "unlisted": max(0, (len(names) if total is None else total) - len(shown)),
+    }
 
 
 @contextmanager

@@ -418,10 +418,12 @@ class AuditEntry(models.Model):
         DONE = "done"
         REFUSED = "refused"
 
-    at = models.DateTimeField(db_index=True)
-    actor = models.CharField(max_length=200)
-    action = models.CharField(max_length=64)
-    target = models.CharField(max_length=200, blank=True)
+    at = models.DateTimeField()
+    # Compared byte by byte ("C"): names sort and match by prefix (`user:*`, `event.*`)
+    # through the indexes below, whatever the database's locale.
+    actor = models.CharField(max_length=200, db_collation="C")
+    action = models.CharField(max_length=64, db_collation="C")
+    target = models.CharField(max_length=200, blank=True, db_collation="C")
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
     reason = models.TextField(blank=True)
     details = models.JSONField(default=dict)
@@ -429,6 +431,14 @@ class AuditEntry(models.Model):
     class Meta:
         ordering = ["-at", "-id"]
         verbose_name_plural = "audit entries"
+        # The audit log page filters by each of these and shows the newest first, a
+        # page at a time from where the last one ended (broker.audit_log).
+        indexes = [
+            models.Index(fields=["-at", "-id"], name="audit_newest"),
+            models.Index(fields=["actor", "-at", "-id"], name="audit_by_actor"),
+            models.Index(fields=["action", "-at", "-id"], name="audit_by_action"),
+            models.Index(fields=["target", "-at", "-id"], name="audit_by_target"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.outcome}"

@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from broker.api import api
-from console.views import clients, events, fleet, overview, policies, send, trust
+from console.views import audit, clients, events, fleet, overview, policies, send, trust
 
 urlpatterns = [
     path("", overview.home, name="home"),
@@ -30,6 +30,8 @@ urlpatterns = [
     path("events/", events.event_list, name="events"),
     path("events/<uuid:event_id>/", events.event_page, name="event"),
     path("events/<uuid:event_id>/resend", send.resend, name="event-resend"),
+    path("audit/", audit.audit_log, name="audit-log"),
+    path("audit/export.csv", audit.export_csv, name="audit-export"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

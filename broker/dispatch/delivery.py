@@ -22,6 +22,7 @@ from broker.dispatch.events import RoutedEvent, live_events
 from broker.dispatch.state import LeafState
 from broker.models import Delivery
 from broker.notify import Pushed
+from broker.selectors import client_names
 
 LEAF_LOCK_NAMESPACE = 7_101
 
@@ -84,17 +85,40 @@ def _receivers_of(state: LeafState, event: RoutedEvent) -> set[int]:
 
 
 def _audit_policy_refusals(state: LeafState, batch, matched) -> None:
-    """Receivers the sender addressed whose policy refused it: visible in the audit log."""
+    """Receivers the sender addressed whose policy refused it: visible in the audit log,
+    the sender and the receivers by name (one query for all the batch's names)."""
+    refused = {}
     for event in batch:
-        refused = len(state.matcher.selected(event.selector)) - len(matched[event.id])
-        if refused > 0:
-            audit.record_refusal(
-                actor=Actor("client", str(event.sender_id)),
-                action="event.refused_by_policy",
-                target=f"event:{event.id}",
-                reason="the receivers' policies do not accept this sender and content",
-                details={"receivers": refused, "leaf": state.dispatcher_id},
-            )
+        addressed = state.matcher.selected(event.selector)
+        if event.recipients is not None:  # a resend addresses only its recipients
+            addressed = {i for i in addressed if i in event.recipients}
+        ids = addressed - matched[event.id]
+        if ids:
+            refused[event.id] = sorted(ids)
+    if not refused:
+        return
+    # Beyond the names an entry lists, refusers are only counted: no need to read them.
+    wanted = {e.sender_id for e in batch if e.id in refused}
+    wanted.update(*(ids[: audit.MAX_LISTED_NAMES] for ids in refused.values()))
+    names = client_names(wanted)
+    for event in batch:
+        if event.id in refused:
+            _audit_refusal(state, event, refused[event.id], names)
+
+
+def _audit_refusal(state: LeafState, event: RoutedEvent, refusers: list[int], names) -> None:
+    listed = [names[i] for i in refusers[: audit.MAX_LISTED_NAMES] if i in names]
+    audit.record_refusal(
+        actor=Actor("client", names.get(event.sender_id, str(event.sender_id))),
+        action="event.refused_by_policy",
+        target=f"event:{event.id}",
+        reason=f"{len(refusers)} receiver{'s' if len(refusers) != 1 else ''} addressed here "
+        "refuse this sender and content under their policies",
+        details={
+            "leaf": state.dispatcher_id,
+            "receivers": audit.listed(sorted(listed), total=len(refusers)),
+        },
+    )
 
 
 def _order(event: RoutedEvent) -> tuple:

@@ -22,7 +22,7 @@ from broker.dispatch.delivery import deliver_late, deliver_routed, lock_leaf
 from broker.dispatch.events import RoutedEvent, live_events
 from broker.dispatch.summary import Summary
 from broker.models import DispatcherSummary, Event, HopInbox, TrafficRecord
-from broker.selectors import vocabulary
+from broker.selectors import client_names, vocabulary
 
 UP = TrafficRecord.Direction.UP
 DOWN = TrafficRecord.Direction.DOWN
@@ -187,6 +187,7 @@ def _forward_down(
         return {child: [e.id for e in events] for child in children} if events else {}
     summaries = dispatch_state.summaries_of(children)
     forwarded: dict[int, list[str]] = {}
+    refused: dict[str, int] = {}  # event id: subtrees whose receivers all refuse it
     for event in events:
         selected = [c for c in children if summaries[c].may_select(event.selector)]
         accepting = [
@@ -195,19 +196,26 @@ def _forward_down(
         for child in accepting:
             forwarded.setdefault(child, []).append(event.id)
         if len(accepting) < len(selected):
-            _audit_refused_subtrees(dispatcher_id, event, len(selected) - len(accepting))
+            refused[event.id] = len(selected) - len(accepting)
+    if refused:
+        _audit_refused_subtrees(dispatcher_id, [e for e in events if e.id in refused], refused)
     return forwarded
 
 
-def _audit_refused_subtrees(dispatcher_id: int, event: RoutedEvent, subtrees: int) -> None:
-    """The sender addressed receivers below, but none of their policies accepts it."""
-    audit.record_refusal(
-        actor=audit.Actor("client", str(event.sender_id)),
-        action="event.refused_by_policy",
-        target=f"event:{event.id}",
-        reason="no receiver policy below this dispatcher accepts this sender and content",
-        details={"dispatcher": dispatcher_id, "subtrees": subtrees},
-    )
+def _audit_refused_subtrees(
+    dispatcher_id: int, events: list[RoutedEvent], subtrees: dict[str, int]
+) -> None:
+    """The senders addressed receivers below, but none of their policies accepts it
+    (the senders named, in one query)."""
+    senders = client_names({event.sender_id for event in events})
+    for event in events:
+        audit.record_refusal(
+            actor=audit.Actor("client", senders.get(event.sender_id, str(event.sender_id))),
+            action="event.refused_by_policy",
+            target=f"event:{event.id}",
+            reason="no receiver policy below this dispatcher accepts this sender and content",
+            details={"dispatcher": dispatcher_id, "subtrees": subtrees[event.id]},
+        )
 
 
 def _record_traffic(dispatcher_id, events, direction, forwarded, delivered) -> None:

@@ -4,12 +4,14 @@ arrive in the order a real fault produces (some held up upstream, later ones fir
 from __future__ import annotations
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from broker.dispatch import state as dispatch_state
 from broker.dispatch.steps import DOWN, route
-from broker.models import Delivery
+from broker.models import AuditEntry, Client, Delivery
 from broker.scenario import load_scenario
+from broker.selectors import current_attributes
 from broker.services.events import publish_event
 from tests.broker.agent_helpers import ISSUER
 
@@ -62,3 +64,35 @@ def test_events_missing_before_a_batch_are_delivered_first(stream):
     arrive(receiver.dispatcher_id, events[3:])
     arrive(receiver.dispatcher_id, events[:3])
     assert sequences_in_position_order(receiver) == [1, 2, 3, 4, 5]
+
+
+WORM_ALERT = {"kind": "alert", "alert": "worm", "threat_level": 4}
+
+
+def test_a_refusal_at_the_leaf_names_the_sender_and_each_refusing_receiver():
+    scenario = load_scenario(servers=24)
+    web = next(s for s in scenario.servers if s.name == "web-00000")
+    rogue = scenario.controllers["rogue-controller"]  # trust 1: every server refuses it
+    alerts = [
+        publish_event(sender=rogue, content={**WORM_ALERT, "n": n}, selector=IIS_SELECTOR)
+        for n in range(2)
+    ]
+    with CaptureQueriesContext(connection) as queries:
+        arrive(web.dispatcher_id, alerts)
+    dispatch_state.forget_leaf(web.dispatcher_id)
+    here = Client.objects.filter(dispatcher_id=web.dispatcher_id, name__startswith="web-")
+    iis_here = sorted(c.name for c in here if current_attributes(c)["software"] == "IIS")
+    assert len(iis_here) > 1
+    refusals = AuditEntry.objects.using("audit").filter(action="event.refused_by_policy")
+    assert refusals.count() == 2
+    for refusal in refusals:
+        assert refusal.actor == "client:rogue-controller"
+        assert refusal.details["receivers"] == {"names": iis_here, "unlisted": 0}
+        assert refusal.reason.startswith(f"{len(iis_here)} receivers")
+    assert len([q for q in queries if _reads_client_names(q["sql"])]) == 1
+
+
+def _reads_client_names(sql: str) -> bool:
+    return (
+        '"broker_client"."name" AS "name" FROM "broker_client" WHERE "broker_client"."id" IN' in sql
+    )

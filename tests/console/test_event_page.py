@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from broker.announcements import console_group, event_topic
 from broker.audit import Actor
-from broker.models import Delivery, Event
+from broker.models import AuditEntry, Delivery, Event
 from broker.scenario import VULNERABLE, load_scenario
 from broker.services.deliveries import acknowledge_delivery
 from broker.services.sending import Draft, grant_sending, send_as
@@ -99,6 +99,11 @@ def test_resending_reaches_exactly_the_receivers_that_did_not_answer(client, oli
     )
     page = client.get(reverse("event", args=[again.pk])).content.decode()
     assert "data-resend-of" in page
+    # Receivers the resend does not address did not refuse it.
+    refusals = AuditEntry.objects.filter(
+        action="event.refused_by_policy", target=f"event:{again.pk}"
+    )
+    assert not refusals.exists()
 
 
 def test_an_answer_is_announced_on_the_events_topic_at_once(olivia, scenario):
