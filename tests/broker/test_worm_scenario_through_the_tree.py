@@ -4,7 +4,7 @@ import pytest
 
 from broker.audit import Actor
 from broker.models import AuditEntry, Client, Delivery, Event
-from broker.scenario import load_scenario
+from broker.scenario import OVERLOADED, VULNERABLE, WORM_ALERT, load_scenario
 from broker.selectors import current_attributes
 from broker.services.clients import state_attributes
 from broker.services.events import publish_event
@@ -15,16 +15,6 @@ pytestmark = [
     pytest.mark.worker,
     pytest.mark.django_db(transaction=True, databases=["default", "audit"]),
 ]
-
-WORM_ALERT = {
-    "kind": "alert",
-    "alert": "worm",
-    "threat_level": 4,
-    "target": "IIS",
-    "version": "2.4.*",
-}
-VULNERABLE = 'software == "IIS" and version ~ "2.4.*" and cgi == true'
-OVERLOADED = 'software == "IIS" and version ~ "2.4.*" and load >= 0.8'
 
 
 def delivered_to(event: Event) -> set[str]:

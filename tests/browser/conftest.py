@@ -45,3 +45,9 @@ def log_in(page, base_url: str, member) -> None:
     page.fill("#id_password", member.password)
     page.click("button[type=submit]")
     expect(page.locator("header nav")).to_contain_text("Health")
+
+
+def shot(page, name: str) -> None:
+    """Save a full-page screenshot as an artifact to look at (var/artifacts/NAME.png)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=ARTIFACTS / f"{name}.png", full_page=True)

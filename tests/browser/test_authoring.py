@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 from broker.models import AttributeValue, AuditEntry, PolicyVersion
 from broker.scenario import WEB_SERVER_POLICY, load_scenario
-from tests.browser.conftest import ARTIFACTS, log_in
+from tests.browser.conftest import log_in, shot
 from tests.cast import AUDITOR, POLICY_AUTHOR, TRUST_OFFICER, create_member
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -38,11 +38,6 @@ def officer():
 @pytest.fixture
 def auditor():
     return create_member(AUDITOR)
-
-
-def shot(page, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=ARTIFACTS / f"{name}.png", full_page=True)
 
 
 def test_a_policy_author_saves_the_servers_policy_to_every_macrocorp_server(

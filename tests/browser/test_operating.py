@@ -24,7 +24,7 @@ from broker.services.sending import grant_sending
 from console.roles import OPERATOR as OPERATOR_ROLE
 from tests.broker.agent_helpers import agent_url, wait_for
 from tests.broker.tree_helpers import wait_until_idle
-from tests.browser.conftest import ARTIFACTS, log_in
+from tests.browser.conftest import log_in, shot
 from tests.cast import AUDITOR, OPERATOR, create_member
 from tests.conftest import ROOT, environment_for_test_database, stop_process
 
@@ -70,11 +70,6 @@ def operator():
 @pytest.fixture
 def auditor():
     return create_member(AUDITOR)
-
-
-def shot(page, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=ARTIFACTS / f"{name}.png", full_page=True)
 
 
 def servers_where(name: str, value) -> set[str]:
