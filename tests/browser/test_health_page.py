@@ -3,7 +3,7 @@
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import ARTIFACTS, log_in
+from tests.browser.conftest import log_in, shot
 from tests.cast import OPERATOR
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -19,8 +19,7 @@ def test_operator_logs_in_and_sees_every_health_check_turn_green(
     rows = page.locator("table.checks tbody tr.ok")
     expect(rows).to_have_count(4)
     expect(page.locator("tr[data-check='celery worker']")).to_contain_text("OK")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=ARTIFACTS / "health-page.png", full_page=True)
+    shot(page, "health-page")
 
 
 def test_the_footer_clock_ticks_over_the_websocket(asgi_server, operator, page):
