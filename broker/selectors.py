@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
@@ -16,6 +18,7 @@ from broker.errors import InvalidInput
 from broker.models import (
     AgentPresence,
     AttestationGrant,
+    AttributeHistory,
     AttributeValue,
     Authority,
     Client,
@@ -415,6 +418,55 @@ def attribute_provenance(client: Client) -> list[AttributeValue]:
             value.expires_at is None or value.expires_at > now
         )
     return values
+
+
+# ---------------------------------------------------------------------------
+# A client as it was at a past moment (the attribute history a trigger keeps).
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """A value a client held at some moment, and who set it when, until when."""
+
+    value: Any
+    source: str  # AttributeValue.Source
+    authority: str | None  # the attesting authority's name
+    set_at: datetime
+    expires_at: datetime | None
+
+    @property
+    def attested(self) -> bool:
+        return self.source == AttributeValue.Source.AUTHORITY
+
+
+def attributes_as_of(client: Client, moment: datetime) -> dict[str, Provenance]:
+    """{name: provenance} of the values the client held at `moment`: for each name the
+    last change at or before it, unless that was a revocation or the value had
+    expired by then. One query (the history's index serves it)."""
+    newest = (
+        AttributeHistory.objects.filter(client=client, at__lte=moment)
+        .order_by("name", "-at", "-id")
+        .distinct("name")
+        .select_related("authority")
+    )
+    return {
+        row.name: _provenance(row)
+        for row in newest
+        if row.kind != AttributeHistory.Kind.REVOKED
+        and (row.expires_at is None or row.expires_at > moment)
+    }
+
+
+def _provenance(row: AttributeHistory) -> Provenance:
+    authority = row.authority.name if row.authority_id else None
+    return Provenance(row.value, row.source, authority, row.set_at, row.expires_at)
+
+
+def policy_as_of(client: Client, moment: datetime) -> PolicyVersion | None:
+    """The client's policy in force at `moment`: its newest version saved at or
+    before it (None: it had none, and so accepted nothing)."""
+    versions = client.policy_versions.filter(created_at__lte=moment)
+    return versions.order_by("-version").first()
 
 
 def policy_history(client: Client) -> list[PolicyVersion]:
