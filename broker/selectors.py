@@ -480,6 +480,23 @@ def recent_deliveries(client: Client, *, limit: int = 50) -> list[Delivery]:
     return list(query.order_by("-position")[:limit])
 
 
+def event_with_sender(event_id) -> Event | None:
+    """The event of that id with its sender, or None."""
+    return Event.objects.select_related("sender").filter(pk=event_id).first()
+
+
+def newest_events(*, limit: int = 10) -> list[Event]:
+    """The newest events, whoever sent them, with their senders."""
+    query = Event.objects.select_related("sender").order_by("-published_at", "-pk")
+    return list(query[:limit])
+
+
+def delivery_states(client: Client, events: Iterable[Event]) -> dict:
+    """{event id: state of its delivery to `client`} for those of `events` it got."""
+    rows = Delivery.objects.filter(receiver=client, event__in=[e.pk for e in events])
+    return dict(rows.values_list("event_id", "state"))
+
+
 # Agents' presence (broker.services.presence writes it).
 
 # Sessions a killed web process left open are never closed; a session that is really
