@@ -73,6 +73,14 @@ class RuleCheck:
             return None
         return min(self.branches, key=lambda branch: (not branch.holds, len(branch.failing)))
 
+    @property
+    def failing_text(self) -> str:
+        """The nearest branch's failing clauses with their values ("" if it holds)."""
+        branch = self.nearest
+        if branch is None:
+            return "it accepts nothing"
+        return ", ".join(str(row.check) for row in branch.failing)
+
 
 @dataclass(frozen=True)
 class SentAttribute:
@@ -92,7 +100,7 @@ class SelectorPart:
     moment: datetime
     attributes: dict[str, Provenance]
     check: RuleCheck
-    now: Verdict | None  # against today's attributes, if the event is still live
+    now: RuleCheck | None  # against today's attributes, if the event is still live
 
 
 @dataclass(frozen=True)
@@ -103,7 +111,7 @@ class PolicyPart:
     version: PolicyVersion | None  # None: it had no policy, and accepted nothing
     sender_attributes: tuple[SentAttribute, ...]
     check: RuleCheck | None
-    now: Verdict | None  # today's policy, if the event is still live
+    now: RuleCheck | None  # today's policy, if the event is still live
 
     @property
     def holds(self) -> bool:
@@ -121,6 +129,7 @@ class Hop:
     delivered: int
     wasted: int
     toward_receiver: bool  # it went on to the next dispatcher of the way (or delivered)
+    climbed_to: str | None  # the parent an upward hop passed it on to
 
 
 @dataclass(frozen=True)
@@ -179,15 +188,16 @@ def why(event: Event, client: Client) -> Why:
     live = event.expires_at > timezone.now()
     selector = parsed_selector(event.selector, selectors.vocabulary())
     policy = _policy_part(event, client, moment, live) if client.can_receive else None
+    came_later = delivery is not None and not _matched_at_publish(event, client, selector)
     return Why(
         event=event,
         client=client,
         selector=_selector_part(event, client, selector, moment, live),
         policy=policy,
         delivery=delivery,
-        route=route_to(event, client),
+        route=route_to(event, client, delivered_there=delivery is not None and not came_later),
         live=live,
-        came_later=delivery is not None and not _matched_at_publish(event, client, selector),
+        came_later=came_later,
     )
 
 
@@ -209,7 +219,10 @@ def _selector_part(
     attributes = selectors.attributes_as_of(client, moment)
     values = {name: held.value for name, held in attributes.items()}
     verdict = check_selector(selector, values)
-    now = check_selector(selector, selectors.current_attributes(client)) if live else None
+    now = None
+    if live:
+        today = selectors.current_attributes(client)
+        now = _rows(check_selector(selector, today), {})
     return SelectorPart(event.selector, moment, attributes, _rows(verdict, attributes), now)
 
 
@@ -229,11 +242,11 @@ def _policy(version: PolicyVersion) -> Policy:
     return selectors.vocabulary().stored_policy(version.canonical_text)
 
 
-def _policy_now(event: Event, client: Client) -> Verdict | None:
+def _policy_now(event: Event, client: Client) -> RuleCheck | None:
     version = selectors.current_policy(client)
     if version is None:
         return None
-    return check_policy(_policy(version), event.sender_attributes, event.content)
+    return _rows(check_policy(_policy(version), event.sender_attributes, event.content), {})
 
 
 def _sent_attributes(event: Event) -> tuple[SentAttribute, ...]:
@@ -267,10 +280,11 @@ def _branch_rows(branch: BranchCheck, provenance: dict[str, Provenance]) -> Bran
 # The way through the tree.
 
 
-def route_to(event: Event, receiver: Client) -> Route:
+def route_to(event: Event, receiver: Client, *, delivered_there: bool) -> Route:
     """The event's traffic records on the way from its sender's leaf up to where the
     two leaves' branches meet, then down to the receiver's leaf, in path order (a
-    dispatcher visited twice, a resend after its summary grew, shows twice)."""
+    dispatcher visited twice, a resend after its summary grew, shows twice).
+    `delivered_there`: the receiver's leaf delivered it to the receiver on arrival."""
     total = TrafficRecord.objects.filter(event=event).count()
     if receiver.dispatcher_id is None or event.sender.dispatcher_id is None:
         return Route((), None, total)
@@ -284,7 +298,7 @@ def route_to(event: Event, receiver: Client) -> Route:
     path = [r for d in up for r in records if (r.dispatcher_id, r.direction) == (d, "up")]
     path += [r for d in down for r in records if (r.dispatcher_id, r.direction) == (d, "down")]
     way = [*up, *down]
-    hops = tuple(_hop(record, names, parents, way) for record in path)
+    hops = tuple(_hop(record, names, parents, way, delivered_there) for record in path)
     return Route(hops, names[receiver.dispatcher_id], total)
 
 
@@ -311,14 +325,15 @@ def _ancestors(parents: dict, dispatcher_id: int) -> list[int]:
     return chain
 
 
-def _hop(record: TrafficRecord, names: dict, parents: dict, way: list[int]) -> Hop:
+def _hop(record: TrafficRecord, names: dict, parents: dict, way: list, delivered: bool) -> Hop:
     position = way.index(record.dispatcher_id)
     following = way[position + 1] if position + 1 < len(way) else None
+    parent = parents[record.dispatcher_id]
+    climbed_to = names[parent] if record.direction == "up" and parent is not None else None
     if following is None:  # the receiver's leaf
-        onward = record.delivered > 0
+        onward = delivered
     else:  # climbing goes on to the parent; descending, to the children forwarded to
-        climbing = record.direction == "up" and following == parents[record.dispatcher_id]
-        onward = climbing or following in record.forwarded_to
+        onward = following in record.forwarded_to or (climbed_to and following == parent)
     return Hop(
         dispatcher=names[record.dispatcher_id],
         direction=record.direction,
@@ -326,7 +341,8 @@ def _hop(record: TrafficRecord, names: dict, parents: dict, way: list[int]) -> H
         forwarded_to=tuple(names[d] for d in record.forwarded_to if d in names),
         delivered=record.delivered,
         wasted=record.wasted,
-        toward_receiver=onward,
+        toward_receiver=bool(onward),
+        climbed_to=climbed_to,
     )
 
 
@@ -363,20 +379,13 @@ def _refusal(found: Why) -> str:
     if not found.client.can_receive:
         return "it is not a receiver (it only sends)"
     if not found.selector.check.holds:
-        return "the selector did not select it: " + _failing(found.selector.check)
+        return "the selector did not select it: " + found.selector.check.failing_text
     policy = found.policy
     if policy.version is None:
         return "it had no policy then, and a receiver without one accepts nothing"
     if not policy.check.holds:
-        return f"its policy refused the {_refused_parts(policy.check)}: {_failing(policy.check)}"
+        return f"its policy refused the {_refused_parts(policy.check)}: {policy.check.failing_text}"
     return _unexplained(found)
-
-
-def _failing(check: RuleCheck) -> str:
-    branch = check.nearest
-    if branch is None:
-        return "it accepts nothing"
-    return ", ".join(str(row.check) for row in branch.failing)
 
 
 def _refused_parts(check: RuleCheck) -> str:

@@ -89,7 +89,7 @@ def test_a_southeast_server_is_explained_by_the_region_it_had_then_not_now(scena
     (row,) = found.selector.check.branches[0].rows
     assert row.provenance.value == "Southeast" and row.provenance.set_at < alert.published_at
     assert not found.selector.now.holds  # today it is in the Southwest: still not selected
-    assert "Southwest" in found.selector.now.reason
+    assert "Southwest" in found.selector.now.failing_text
 
 
 def test_the_rogue_controllers_alert_is_refused_on_its_trust_attested_by_the_trust_manager(
