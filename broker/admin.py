@@ -105,6 +105,16 @@ class AttributeValueAdmin(ReadOnlyAdmin):
     search_fields = ("client__name", "name")
 
 
+@admin.register(models.AttributeHistory)
+class AttributeHistoryAdmin(ReadOnlyAdmin):
+    list_display = (
+        "client", "name", "kind", "value", "source", "authority", "set_at", "expires_at", "at",
+    )  # fmt: skip
+    list_filter = ("kind", "source", "authority")
+    list_select_related = ("client", "authority")
+    search_fields = ("client__name", "name")
+
+
 @admin.register(models.PolicyVersion)
 class PolicyVersionAdmin(ReadOnlyAdmin):
     list_display = ("client", "version", "created_by", "created_at")

@@ -204,6 +204,54 @@ class AttributeValue(models.Model):
         return f"{self.name}={self.value!r} ({self.source})"
 
 
+class AttributeHistory(models.Model):
+    """Every value a client's attribute took, and when it was renewed or revoked: what
+    "its attributes as they were" at a past moment reads (broker.selectors.attributes_as_of).
+
+    Written only by a trigger on AttributeValue (migration 0010), never by Python: the
+    services, the bulk COPY loader and anything written later all change values, and a
+    trigger is the one place none of them can forget. A row takes effect at `at`: the
+    value's `set_at` for SET, the renewal's moment for RENEWED (only `expires_at`
+    moved), `revoked_at` for REVOKED (the value that was revoked is kept).
+    """
+
+    class Kind(models.TextChoices):
+        SET = "set", "set"
+        RENEWED = "renewed", "renewed"
+        REVOKED = "revoked", "revoked"
+
+    # No constraints and no indexes of their own on the keys: the trigger copies them
+    # from rows that hold them already, and checking each again at commit made a bulk
+    # load a third slower; (client, name, at) serves the reads.
+    client = models.ForeignKey(
+        Client, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
+    )
+    name = models.CharField(max_length=64)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    value = models.JSONField()
+    source = models.CharField(max_length=16, choices=AttributeValue.Source.choices)
+    authority = models.ForeignKey(
+        Authority,
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,  # authorities are disabled, never deleted
+        related_name="+",
+        db_constraint=False,
+        db_index=False,
+    )
+    set_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=200, blank=True, db_default="")
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["client", "name", "at"], name="attribute_history_at")]
+        verbose_name_plural = "attribute history"
+
+    def __str__(self) -> str:
+        return f"{self.client_id}.{self.name} {self.kind} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
 class AgentPresence(models.Model):
     """Whether and when a client's agent is connected: one row per client that ever
     logged in, written by the agent socket (broker.services.presence).
@@ -305,6 +353,8 @@ class Event(models.Model):
                 name="one_event_per_idempotency_key",
             ),
         ]
+        # The console lists events newest first, a page at a time.
+        indexes = [models.Index(fields=["-published_at"], name="event_newest")]
 
     def __str__(self) -> str:
         return f"event {self.sender_id}/{self.channel}#{self.sequence}"

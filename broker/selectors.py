@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -19,6 +21,7 @@ from broker.errors import InvalidInput
 from broker.models import (
     AgentPresence,
     AttestationGrant,
+    AttributeHistory,
     AttributeValue,
     Authority,
     Client,
@@ -425,6 +428,55 @@ def attribute_provenance(client: Client) -> list[AttributeValue]:
     return values
 
 
+# ---------------------------------------------------------------------------
+# A client as it was at a past moment (the attribute history a trigger keeps).
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """A value a client held at some moment, and who set it when, until when."""
+
+    value: Any
+    source: str  # AttributeValue.Source
+    authority: str | None  # the attesting authority's name
+    set_at: datetime
+    expires_at: datetime | None
+
+    @property
+    def attested(self) -> bool:
+        return self.source == AttributeValue.Source.AUTHORITY
+
+
+def attributes_as_of(client: Client, moment: datetime) -> dict[str, Provenance]:
+    """{name: provenance} of the values the client held at `moment`: for each name the
+    last change at or before it, unless that was a revocation or the value had
+    expired by then. One query (the history's index serves it)."""
+    newest = (
+        AttributeHistory.objects.filter(client=client, at__lte=moment)
+        .order_by("name", "-at", "-id")
+        .distinct("name")
+        .select_related("authority")
+    )
+    return {
+        row.name: _provenance(row)
+        for row in newest
+        if row.kind != AttributeHistory.Kind.REVOKED
+        and (row.expires_at is None or row.expires_at > moment)
+    }
+
+
+def _provenance(row: AttributeHistory) -> Provenance:
+    authority = row.authority.name if row.authority_id else None
+    return Provenance(row.value, row.source, authority, row.set_at, row.expires_at)
+
+
+def policy_as_of(client: Client, moment: datetime) -> PolicyVersion | None:
+    """The client's policy in force at `moment`: its newest version saved at or
+    before it (None: it had none, and so accepted nothing)."""
+    versions = client.policy_versions.filter(created_at__lte=moment)
+    return versions.order_by("-version").first()
+
+
 def policy_history(client: Client) -> list[PolicyVersion]:
     """The client's policy versions, newest first."""
     return list(client.policy_versions.order_by("-version"))
@@ -434,6 +486,23 @@ def recent_deliveries(client: Client, *, limit: int = 50) -> list[Delivery]:
     """The client's newest deliveries with their events and senders."""
     query = Delivery.objects.filter(receiver=client).select_related("event", "sender")
     return list(query.order_by("-position")[:limit])
+
+
+def event_with_sender(event_id) -> Event | None:
+    """The event of that id with its sender, or None."""
+    return Event.objects.select_related("sender").filter(pk=event_id).first()
+
+
+def newest_events(*, limit: int = 10) -> list[Event]:
+    """The newest events, whoever sent them, with their senders."""
+    query = Event.objects.select_related("sender").order_by("-published_at", "-pk")
+    return list(query[:limit])
+
+
+def delivery_states(client: Client, events: Iterable[Event]) -> dict:
+    """{event id: state of its delivery to `client`} for those of `events` it got."""
+    rows = Delivery.objects.filter(receiver=client, event__in=[e.pk for e in events])
+    return dict(rows.values_list("event_id", "state"))
 
 
 # Agents' presence (broker.services.presence writes it).
@@ -549,3 +618,14 @@ def sending_candidates() -> list[str]:
     users = get_user_model().objects.filter(is_active=True).order_by("username")
     usernames = users.values_list("username", flat=True)[:MAX_SENDING_CANDIDATES]
     return [f"group:{name}" for name in groups] + [f"user:{name}" for name in usernames]
+
+
+def sending_holder(text: str):
+    """The group or user "group:NAME" / "user:NAME" names (as sending_holders and
+    sending_candidates write them), or None."""
+    kind, _, name = text.partition(":")
+    if kind == "group":
+        return Group.objects.filter(name=name).first()
+    if kind == "user":
+        return get_user_model().objects.filter(username=name, is_active=True).first()
+    return None

@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from broker.api import api
-from console.views import audit, clients, events, fleet, overview, policies, send, trust
+from console.views import audit, clients, events, fleet, overview, policies, send, trust, why
 
 urlpatterns = [
     path("", overview.home, name="home"),
@@ -16,6 +16,9 @@ urlpatterns = [
     path("clients/<str:name>/", clients.client_page, name="client"),
     path("clients/<str:name>/tokens", clients.tokens, name="client-tokens"),
     path("clients/<str:name>/sending", clients.sending, name="client-sending"),
+    path("clients/<str:name>/why", clients.why_form, name="client-why"),
+    path("events/<uuid:event_id>/why/<str:name>/", why.why_page, name="event-why"),
+    path("events/<uuid:event_id>/why", why.why_lookup, name="event-why-lookup"),
     path("policies/", policies.editor, name="policy-editor"),
     path("policies/check", policies.check, name="policy-check"),
     path("policies/preview", policies.preview, name="policy-preview"),

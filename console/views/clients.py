@@ -1,13 +1,16 @@
-"""The Client page: attributes with provenance, policy history, tokens, deliveries."""
+"""The Client page: attributes with provenance, policy history, tokens, deliveries,
+and the way to ask why it did or did not get an event."""
 
 from __future__ import annotations
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from uuid import UUID
+
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from broker import selectors
 from broker.errors import BrokerError
@@ -31,9 +34,13 @@ def _client_or_404(name: str) -> Client:
 def client_page(request: HttpRequest, name: str) -> HttpResponse:
     """Everything about one client; `?diff=N` compares policy version N with N-1."""
     client = _client_or_404(name)
+    return render(request, "console/client.html", _page_context(request, client))
+
+
+def _page_context(request: HttpRequest, client: Client) -> dict:
     versions = selectors.policy_history(client)
     presence = selectors.presence_of(client)
-    context = {
+    return {
         "presence": presence,
         "connected": selectors.is_connected(presence, timezone.now()),
         "client": client,
@@ -46,8 +53,56 @@ def client_page(request: HttpRequest, name: str) -> HttpResponse:
         "deliveries": selectors.recent_deliveries(client),
         "stream": selectors.stream_of(client),
         **_sending_context(client),
+        **_newest_events(client),
     }
-    return render(request, "console/client.html", context)
+
+
+NEWEST_EVENTS = 10
+
+
+def _newest_events(client: Client) -> dict:
+    """The newest events, whoever they were for, and which of them the client got."""
+    events = selectors.newest_events(limit=NEWEST_EVENTS)
+    got = selectors.delivery_states(client, events)
+    return {"newest_events": [(event, got.get(event.pk)) for event in events]}
+
+
+@require_GET
+@requires(READ, action="event.why")
+def why_form(request: HttpRequest, name: str) -> HttpResponse:
+    """Go to the explanation of whether the client got the event given by its id;
+    an id that is not one, or of no event, is said in place of the form."""
+    client = _client_or_404(name)
+    given = request.GET.get("event", "").strip()
+    event_id = _uuid(given)
+    if event_id is None:
+        return _why_refused(request, client, given, f"{_shown(given)} is not an event id.", 400)
+    if selectors.event_with_sender(event_id) is None:
+        return _why_refused(request, client, given, f"There is no event {event_id}.", 404)
+    url = reverse("event-why", args=[event_id, client.name])
+    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+
+
+def _uuid(given: str) -> UUID | None:
+    try:
+        return UUID(given)
+    except ValueError:
+        return None
+
+
+def _shown(given: str) -> str:
+    return repr(given[:80]) if given else "Nothing"
+
+
+def _why_refused(
+    request: HttpRequest, client: Client, given: str, error: str, status: int
+) -> HttpResponse:
+    """The form again, saying what is wrong: alone for htmx, else in the whole page."""
+    context = {"client": client, "why_error": error, "why_given": given}
+    if request.htmx:
+        return render(request, "console/client.html#why-form", context, status=status)
+    context = {**_page_context(request, client), **context}
+    return render(request, "console/client.html", context, status=status)
 
 
 def _sending_context(client: Client) -> dict:
@@ -56,15 +111,7 @@ def _sending_context(client: Client) -> dict:
         return {}
     return {
         "holders": selectors.sending_holders(client),
-        "candidates": [
-            f"group:{g}" for g in Group.objects.order_by("name").values_list("name", flat=True)
-        ]
-        + [
-            f"user:{u}"
-            for u in get_user_model()
-            .objects.order_by("username")
-            .values_list("username", flat=True)[:200]
-        ],
+        "candidates": selectors.sending_candidates(),
     }
 
 
@@ -74,7 +121,7 @@ def sending(request: HttpRequest, name: str) -> HttpResponse:
     """Let a user or a role send as this client, or stop them (audited)."""
     client = _client_or_404(name)
     change = {"grant": grant_sending, "withdraw": withdraw_sending}.get(request.POST.get("do"))
-    holder = _holder(request.POST.get("holder", ""))
+    holder = selectors.sending_holder(request.POST.get("holder", ""))
     if change is None or holder is None:
         problem = "Say what to do (grant or withdraw) and for whom: group:NAME or user:NAME."
         context = {"client": client, "problem": problem, **_sending_context(client)}
@@ -86,16 +133,6 @@ def sending(request: HttpRequest, name: str) -> HttpResponse:
         return render(request, "console/client.html#sending", context, status=400)
     context = {"client": client, **_sending_context(client)}
     return render(request, "console/client.html#sending", context)
-
-
-def _holder(text: str):
-    """The group or user a "group:NAME" / "user:NAME" names, or None."""
-    kind, _, name = text.partition(":")
-    if kind == "group":
-        return Group.objects.filter(name=name).first()
-    if kind == "user":
-        return get_user_model().objects.filter(username=name).first()
-    return None
 
 
 def _chosen_diff(versions: list, asked: str) -> dict | None:

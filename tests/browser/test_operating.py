@@ -138,6 +138,7 @@ def test_an_operator_plays_the_sending_half_of_the_worm_scenario(
     )
     shot(page, "send-preview-disable-cgi")
     command = send_and_open(page)
+    expect(page.locator("[data-elapsed-since]")).to_contain_text(" s ago")  # ticks locally
     page.evaluate("window.__stillThisPage = true")  # a reload would lose it
     expect(page.locator("#progress")).to_have_attribute(
         "data-acked", str(len(vulnerable)), timeout=LIVE_TIMEOUT_MS
