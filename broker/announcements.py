@@ -1,9 +1,11 @@
 """Telling the operators' consoles that what they watch changed, over the channel
-layer: the fleet as a whole (topic `fleet`), or one client (`client.ID`).
+layer: the fleet as a whole (topic `fleet`), one client (`client.ID`), or the
+dispatcher tree's figures (`tree`).
 
-A fleet whose agents report their load every few seconds changes all the time, so the
-fleet topic is announced at most once a second per process, and a change inside that
-second is announced when it ends (never dropped: the page must end up current).
+A fleet whose agents report their load every few seconds changes all the time, and a
+busy tree drains inboxes all the time, so these topics are announced at most once a
+second per process, and a change inside that second is announced when it ends (never
+dropped: the page must end up current).
 Announcing is best effort: a failure is logged and never fails the change.
 """
 
@@ -19,6 +21,7 @@ from channels.layers import get_channel_layer
 from broker.notify import on_push_loop
 
 FLEET = "fleet"
+TREE = "tree"
 ANNOUNCE_INTERVAL_S = 1.0
 MESSAGE_TYPE = "console.changed"  # ConsoleConsumer.console_changed receives it
 MAX_CLIENT_TOPICS = 100  # a bulk change tells the fleet, not each client
@@ -45,6 +48,11 @@ def clients_changed(client_ids: Iterable[int]) -> None:
     topics = [client_topic(i) for i in ids] if len(ids) <= MAX_CLIENT_TOPICS else []
     announce([FLEET])
     _send(topics)
+
+
+def tree_changed() -> None:
+    """Announce that the tree's figures moved (a dispatcher processed some hops)."""
+    announce([TREE])
 
 
 def announce(topics: Iterable[str]) -> None:

@@ -9,15 +9,15 @@ from datetime import UTC, datetime
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from broker.announcements import FLEET, console_group
+from broker.announcements import FLEET, TREE, console_group
 from console.roles import READ
 
 # Close code for an unauthenticated socket (4000-4999 are free for applications).
 CLOSE_UNAUTHENTICATED = 4401
 
 
-# What a page may watch: the fleet, or one client by id.
-TOPIC = re.compile(rf"^(?:{FLEET}|client\.[0-9]{{1,18}})$")
+# What a page may watch: the fleet, the dispatcher tree, or one client by id.
+TOPIC = re.compile(rf"^(?:{FLEET}|{TREE}|client\.[0-9]{{1,18}})$")
 MAX_TOPICS = 20
 
 
@@ -64,7 +64,7 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
     async def _watch(self, topics) -> None:
         valid = isinstance(topics, list) and len(topics) <= MAX_TOPICS
         if not valid or not all(isinstance(t, str) and TOPIC.match(t) for t in topics):
-            error = f"topics: a list of at most {MAX_TOPICS} of 'fleet' or 'client.ID'"
+            error = f"topics: a list of at most {MAX_TOPICS} of 'fleet', 'tree' or 'client.ID'"
             await self.send_json({"type": "error", "error": error})
             return
         if not await _may_read(self.scope["user"]):
