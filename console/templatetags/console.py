@@ -48,3 +48,9 @@ def literal(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+@register.filter
+def percent(share: float | None) -> str:
+    """A share (0.125) as a percentage ("12.5%"); empty for None."""
+    return "" if share is None else f"{share * 100:.1f}%"

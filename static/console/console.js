@@ -1,5 +1,5 @@
 // The console's WebSocket (Channels through Redis): the footer's server clock, and live
-// updates of the page. Elements with data-live-topic ("fleet", "client.ID") are watched;
+// updates of the page. Elements with data-live-topic ("fleet", "tree", "client.ID") are watched;
 // when the server announces a change, each refreshes its own part of the page with
 // htmx (data-live-select says which part of the answer), at most every 2 seconds. A
 // part where the operator ticked rows is not replaced: a notice offers the refresh.
