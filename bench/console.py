@@ -52,6 +52,7 @@ REQUESTS = [
     ("fleet: search, far page", "GET", "/fleet/", {"q": "cgi", "page": "1000"}),
     ("fleet: sorted by model", "GET", "/fleet/", {"q": 'region == "Northwest"', "sort": "-model"}),
     ("client page", "GET", "/clients/web-04242/", None),
+    ("dispatcher tree", "GET", "/tree/", None),
     ("policy preview, 25k receivers", "POST", "/policies/preview",
      {"policy": PREVIEWED_POLICY, "selector": 'region == "Northwest"'}),
     ("policy preview, every server", "POST", "/policies/preview",

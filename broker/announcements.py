@@ -1,10 +1,12 @@
 """Telling the operators' consoles that what they watch changed, over the channel
-layer: the fleet as a whole (topic `fleet`), one client (`client.ID`), the list of
-events (`events`), or one event's deliveries (`event.UUID`).
+layer: the fleet as a whole (topic `fleet`), one client (`client.ID`), the
+dispatcher tree's figures (`tree`), the list of events (`events`), or one event's
+deliveries (`event.UUID`).
 
-A fleet whose agents report their load every few seconds changes all the time, so the
-fleet topic is announced at most once a second per process, and a change inside that
-second is announced when it ends (never dropped: the page must end up current).
+A fleet whose agents report their load every few seconds changes all the time, and a
+busy tree drains inboxes all the time, so these topics are announced at most once a
+second per process, and a change inside that second is announced when it ends (never
+dropped: the page must end up current).
 Announcing is best effort: a failure is logged and never fails the change.
 """
 
@@ -21,6 +23,7 @@ from broker.notify import on_push_loop
 
 FLEET = "fleet"
 EVENTS = "events"
+TREE = "tree"
 ANNOUNCE_INTERVAL_S = 1.0
 # An operator watches acknowledgements arrive: an event's page hears of them within
 # a quarter of a second, however many arrive.
@@ -51,6 +54,11 @@ def clients_changed(client_ids: Iterable[int]) -> None:
     topics = [client_topic(i) for i in ids] if len(ids) <= MAX_CLIENT_TOPICS else []
     announce([FLEET])
     _send(topics)
+
+
+def tree_changed() -> None:
+    """Announce that the tree's figures moved (a dispatcher processed some hops)."""
+    announce([TREE])
 
 
 def event_topic(event_id) -> str:

@@ -198,6 +198,9 @@ class AttributeValue(models.Model):
                 condition=Q(expires_at__isnull=False),
                 name="expiring_attribute_value",
             ),
+            # One attribute of many clients (the event page's deliveries by region)
+            # without reading every client's other attributes.
+            models.Index(fields=["name", "client"], include=["value"], name="attribute_by_name"),
         ]
 
     def __str__(self) -> str:
@@ -437,8 +440,16 @@ class TrafficRecord(models.Model):
     direction = models.CharField(max_length=8, choices=Direction.choices)
     forwarded_to = models.JSONField(default=list)
     delivered = models.PositiveIntegerField(default=0)
+    # 1 when the event came down here and went nowhere: this dispatcher's summary let
+    # it in, but no child and no receiver below took it.
     wasted = models.PositiveIntegerField(default=0)
     at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            # The console's tree page reads the last minute of every dispatcher's hops.
+            models.Index(fields=["at"], name="traffic_at"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.event_id} at {self.dispatcher_id} ({self.direction})"
@@ -530,6 +541,17 @@ class DispatcherSummary(models.Model):
     # pruned under the old summary.
     previous_data = models.JSONField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # What the policy of `data` costs and what coagulation lost to reach it
+    # (Summary.figures), kept so that the console need not parse every summary. Null
+    # until the summary is next computed, for summaries stored before they were kept.
+    filters = models.PositiveIntegerField(null=True, blank=True)
+    constraints = models.PositiveIntegerField(null=True, blank=True)
+    exact_filters = models.PositiveIntegerField(null=True, blank=True)  # before coagulation
+    # Coagulation loss, on recent events when the summary was computed: of
+    # `loss_sampled` events, `loss_extra` were accepted by the summary's policy and by
+    # none of the exact filters it replaced.
+    loss_sampled = models.PositiveIntegerField(default=0)
+    loss_extra = models.PositiveIntegerField(default=0)
 
     def __str__(self) -> str:
         return f"summary of {self.dispatcher_id} v{self.version}"

@@ -9,16 +9,17 @@ from datetime import UTC, datetime
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from broker.announcements import EVENTS, FLEET, console_group
+from broker.announcements import EVENTS, FLEET, TREE, console_group
 from console.roles import READ
 
 # Close code for an unauthenticated socket (4000-4999 are free for applications).
 CLOSE_UNAUTHENTICATED = 4401
 
 
-# What a page may watch: the fleet, one client by id, the events, one event by id.
+# What a page may watch: the fleet, the dispatcher tree, one client by id, the events,
+# one event by id.
 UUID = r"[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}"
-TOPIC = re.compile(rf"^(?:{FLEET}|{EVENTS}|client\.[0-9]{{1,18}}|event\.{UUID})$")
+TOPIC = re.compile(rf"^(?:{FLEET}|{TREE}|{EVENTS}|client\.[0-9]{{1,18}}|event\.{UUID})$")
 MAX_TOPICS = 20
 
 
@@ -66,7 +67,7 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
         valid = isinstance(topics, list) and len(topics) <= MAX_TOPICS
         if not valid or not all(isinstance(t, str) and TOPIC.match(t) for t in topics):
             error = (
-                f"topics: a list of at most {MAX_TOPICS} of 'fleet', 'events', "
+                f"topics: a list of at most {MAX_TOPICS} of 'fleet', 'tree', 'events', "
                 "'client.ID' or 'event.UUID'"
             )
             await self.send_json({"type": "error", "error": error})

@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from broker.api import api
-from console.views import audit, clients, events, fleet, overview, policies, send, trust, why
+from console.views import audit, clients, events, fleet, overview, policies, send, tree, trust, why
 
 urlpatterns = [
     path("", overview.home, name="home"),
@@ -23,6 +23,7 @@ urlpatterns = [
     path("policies/check", policies.check, name="policy-check"),
     path("policies/preview", policies.preview, name="policy-preview"),
     path("policies/save", policies.save, name="policy-save"),
+    path("tree/", tree.tree, name="tree"),
     path("trust/", trust.trust_page, name="trust"),
     path("trust/preview", trust.preview, name="trust-preview"),
     path("trust/apply", trust.apply, name="trust-apply"),

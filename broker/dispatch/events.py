@@ -13,6 +13,9 @@ from broker.models import Event
 from broker.selectors import vocabulary
 from broker.vocabulary import Vocabulary
 from policies import Selector
+from policies.expressions import EVENT, SENDER
+
+LOSS_SAMPLE = 200  # recent events a summary's coagulation loss is measured on
 
 
 @dataclass(frozen=True)
@@ -80,3 +83,11 @@ def live_events(ids: Iterable[str] | None = None, **filters) -> list[RoutedEvent
     # before them, which this later statement therefore sees.
     words = vocabulary()
     return [_routed(row, words) for row in rows]
+
+
+def recent_policy_inputs(limit: int = LOSS_SAMPLE) -> list[dict[str, Any]]:
+    """What receivers' policies judge of the most recent events (the sender's attested
+    attributes and the content), as scopes: the sample a summary's coagulation loss is
+    measured on. Latest to expire first: recent in practice, and an indexed read."""
+    rows = Event.objects.order_by("-expires_at").values_list("sender_attributes", "content")
+    return [{SENDER: sender, EVENT: content} for sender, content in rows[:limit]]

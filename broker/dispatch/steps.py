@@ -15,11 +15,11 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from broker import audit
+from broker import announcements, audit
 from broker.dispatch import state as dispatch_state
 from broker.dispatch import wakeups
 from broker.dispatch.delivery import deliver_late, deliver_routed, lock_leaf
-from broker.dispatch.events import RoutedEvent, live_events
+from broker.dispatch.events import RoutedEvent, live_events, recent_policy_inputs
 from broker.dispatch.summary import Summary
 from broker.models import DispatcherSummary, Event, HopInbox, TrafficRecord
 from broker.selectors import client_names, vocabulary
@@ -75,6 +75,10 @@ def drain_inbox(dispatcher_id: int) -> int:
             for (direction, came_from), event_ids in _grouped(rows).items():
                 hops += route(dispatcher_id, event_ids, direction=direction, came_from=came_from)
             post_hops(hops)
+            if rows:
+                # robust: the console's tree page is told, best effort (and at most
+                # once a second per process); the batch stands whatever happens.
+                transaction.on_commit(announcements.tree_changed, robust=True)
         processed += len(rows)
         if len(rows) < INBOX_BATCH:
             return processed
@@ -310,17 +314,30 @@ def _locked_summary_row(dispatcher_id: int) -> DispatcherSummary | None:
 
 
 def _save_summary(dispatcher_id: int, summary: Summary, stored: DispatcherSummary | None) -> int:
-    """Store a new version, keeping the one it replaces; return the new version."""
+    """Store a new version, keeping the one it replaces, with its figures; return the
+    new version."""
+    figures = summary.figures(recent_policy_inputs)
     if stored is None:
         DispatcherSummary.objects.filter(pk=dispatcher_id).update(
-            version=1, data=summary.to_json(), previous_data=None
+            version=1, data=summary.to_json(), previous_data=None, **figures
         )
         return 1
     stored.previous_data = stored.data
     stored.version += 1
     stored.data = summary.to_json()
-    stored.save(update_fields=["version", "data", "previous_data", "updated_at"])
+    for name, value in figures.items():
+        setattr(stored, name, value)
+    stored.save(update_fields=["version", "data", "previous_data", "updated_at", *figures])
     return stored.version
+
+
+def _refresh_figures(stored: DispatcherSummary, summary: Summary) -> None:
+    """The summary is unchanged, but its loss is measured again on the events of now
+    (and figures missing from a summary stored before they were kept are filled in),
+    without a new version: workers' cached copies stay valid."""
+    figures = summary.figures(recent_policy_inputs)
+    if any(getattr(stored, name) != value for name, value in figures.items()):
+        DispatcherSummary.objects.filter(pk=stored.pk).update(**figures)
 
 
 def recompute_summaries() -> list[SummaryHop]:
@@ -357,6 +374,7 @@ def _replace_summary(dispatcher_id: int, compute: Callable[[], Summary]) -> list
         stored = _locked_summary_row(dispatcher_id)
         summary = compute()
         if stored is not None and stored.data == summary.to_json():
+            _refresh_figures(stored, summary)
             return []
         grew = stored is None or not Summary.from_json(stored.data, vocabulary()).covers(summary)
         version = _save_summary(dispatcher_id, summary, stored)

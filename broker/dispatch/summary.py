@@ -8,12 +8,20 @@ receiver below (`may_select`)? "No" must be certain; "yes" may be wrong. Pure Py
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from broker.vocabulary import Vocabulary
-from policies import Filter, Policy, PolicySyntaxError, Selector, coagulate, covers_all
+from policies import (
+    Filter,
+    Policy,
+    PolicySyntaxError,
+    Selector,
+    coagulate,
+    covers_all,
+    over_acceptance,
+)
 from policies.filters import filters_text
 
 log = logging.getLogger(__name__)
@@ -109,6 +117,9 @@ class Summary:
     receivers: int = 0
     attributes: dict[str, AttributeSummary] = field(default_factory=dict)
     policy_filters: list[Filter] = field(default_factory=list)
+    # The exact filters that coagulation replaced by `policy_filters`; empty when they
+    # were kept as they were (nothing lost) or unknown (a summary read back from JSON).
+    replaced: tuple[Filter, ...] = field(default=(), compare=False, repr=False)
 
     @classmethod
     def of_receivers(cls, receivers: Iterable[tuple[Mapping[str, Any], Policy]]) -> Summary:
@@ -119,7 +130,7 @@ class Summary:
             for name, value in attributes.items():
                 summary.attributes.setdefault(name, AttributeSummary()).add(value)
             filters.update(policy.filters())
-        summary.policy_filters = _coagulated(filters)
+        summary.policy_filters, summary.replaced = _coagulated(filters)
         return summary
 
     @classmethod
@@ -132,7 +143,7 @@ class Summary:
                 mine = summary.attributes.setdefault(name, AttributeSummary())
                 mine.merge(attribute)
             filters.update(part.policy_filters)
-        summary.policy_filters = _coagulated(filters)
+        summary.policy_filters, summary.replaced = _coagulated(filters)
         return summary
 
     def may_accept(self, sender: Mapping[str, Any], content: Mapping[str, Any]) -> bool:
@@ -189,6 +200,21 @@ class Summary:
             if name not in other.attributes
         )
 
+    def figures(self, sample: Callable[[], Iterable[Mapping[str, Any]]]) -> dict[str, int]:
+        """What this summary's policy costs and what coagulation lost to reach it, as
+        DispatcherSummary's columns keep them. `sample` gives policy inputs (recent
+        events as scopes); it is only called when coagulation replaced filters, since
+        the loss is otherwise nil."""
+        filters = self.policy_filters
+        loss = over_acceptance(self.replaced, filters, sample()) if self.replaced else None
+        return {
+            "filters": len(filters),
+            "constraints": sum(len(f) for f in filters),
+            "exact_filters": len(self.replaced) or len(filters),
+            "loss_sampled": loss.samples if loss else 0,
+            "loss_extra": loss.extra if loss else 0,
+        }
+
     def to_json(self) -> dict:
         return {
             "receivers": self.receivers,
@@ -217,11 +243,13 @@ def _typed_filters(text: str, words: Vocabulary) -> list[Filter]:
         return words.policy("accept true").filters()
 
 
-def _coagulated(filters: set[Filter]) -> list[Filter]:
+def _coagulated(filters: set[Filter]) -> tuple[list[Filter], tuple[Filter, ...]]:
+    """(at most MAX_POLICY_FILTERS filters covering `filters`, the exact filters they
+    replaced or () when none was)."""
     ordered = sorted(filters, key=Filter.text)
     if len(ordered) <= MAX_POLICY_FILTERS:
-        return ordered
-    return coagulate(ordered, MAX_POLICY_FILTERS)
+        return ordered, ()
+    return coagulate(ordered, MAX_POLICY_FILTERS), tuple(ordered)
 
 
 def _attribute_json(attribute: AttributeSummary) -> dict:

@@ -59,7 +59,7 @@ def literal(value) -> str:
 
 
 @register.filter
-def percent(tally, part: str) -> str:
+def width_of(tally, part: str) -> str:
     """A part of a tally (broker.progress.Tally) as a CSS width: "12.50"."""
     return f"{tally.percent(part):.2f}"
 
@@ -134,3 +134,8 @@ def details_json(details) -> str:
     """An audit entry's details in full, as indented JSON (cut at DETAILS_SHOWN)."""
     text = json.dumps(details, ensure_ascii=False, indent=1)
     return text if len(text) <= DETAILS_SHOWN else text[:DETAILS_SHOWN] + "\n… (the CSV has it all)"
+
+
+def percent(share: float | None) -> str:
+    """A share (0.125) as a percentage ("12.5%"); empty for None."""
+    return "" if share is None else f"{share * 100:.1f}%"

@@ -1,10 +1,10 @@
 // The console's WebSocket (Channels through Redis): the footer's server clock, and live
-// updates of the page. Elements with data-live-topic ("fleet", "client.ID", "events",
-// "event.UUID") are watched; when the server announces a change, each refreshes its
-// own part of the page with htmx (data-live-select says which part of the answer), at
-// most every 2 seconds (data-live-interval: other milliseconds). A part where the
-// operator ticked rows is not replaced: a notice offers the refresh. Elements with
-// data-elapsed-since (an ISO time) count the time since it, locally, every second.
+// updates of the page. Elements with data-live-topic ("fleet", "tree", "client.ID",
+// "events", "event.UUID") are watched; when the server announces a change, each
+// refreshes its own part of the page with htmx (data-live-select says which part of the
+// answer), at most every 2 seconds (data-live-interval: other milliseconds). A part
+// where the operator ticked rows is not replaced: a notice offers the refresh. Elements
+// with data-elapsed-since (an ISO time) count the time since it, locally, every second.
 (function () {
   "use strict";
   const footer = document.getElementById("server-clock");

@@ -113,3 +113,29 @@ def test_a_stored_summary_that_no_longer_type_checks_lets_everything_through():
 def test_an_empty_subtree_matches_nothing():
     assert not Summary().may_select(None)
     assert not Summary().may_accept({"trust": 3}, {"kind": "command"})
+
+
+def test_figures_count_the_policy_and_measure_no_loss_when_nothing_was_coagulated():
+    words = Vocabulary(receiver={}, sender={}, event={"level": "int", "kind": "string"})
+    policy = words.policy('accept (event.level >= 4 and event.kind == "alert") or event.level > 8')
+    sampled = []
+    figures = Summary.of_receivers([({}, policy)]).figures(lambda: sampled.append(1) or [])
+    assert figures == {
+        "filters": 2, "constraints": 3, "exact_filters": 2, "loss_sampled": 0, "loss_extra": 0,
+    }  # fmt: skip
+    assert sampled == []  # nothing lost: no sample was read
+
+
+def test_figures_measure_what_coagulated_filters_accept_beyond_the_exact_ones():
+    words = Vocabulary(receiver={}, sender={}, event={"level": "int", "kind": "string"})
+    exact = [f'(event.kind == "k{n}" and event.level == {n})' for n in range(40)]
+    summary = Summary.of_receivers([({}, words.policy(f"accept {' or '.join(exact)}"))])
+    sample = [{"event": {"kind": f"k{a}", "level": b}} for a in range(40) for b in range(40)]
+    figures = summary.figures(lambda: sample)
+    extra = sum(
+        any(f.matches(s) for f in summary.policy_filters)
+        and s["event"]["level"] != int(s["event"]["kind"][1:])
+        for s in sample
+    )
+    assert (figures["filters"], figures["exact_filters"]) == (32, 40)
+    assert figures["loss_sampled"] == 1600 and figures["loss_extra"] == extra > 0
