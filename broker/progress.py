@@ -58,6 +58,11 @@ class Tally:
         """No answer yet: recorded or received, not answered, not expired."""
         return self.pending + self.delivered
 
+    @property
+    def unanswered(self) -> int:
+        """Waiting or expired: those a resend would be sent to (UNANSWERED_STATES)."""
+        return self.waiting + self.expired
+
     def percent(self, part: str) -> float:
         """`part` (a state or property) as a percentage of those targeted."""
         return 100.0 * getattr(self, part) / self.targeted if self.targeted else 0.0
@@ -115,14 +120,27 @@ def event_progress(event: Event) -> Progress:
     return progress
 
 
-def unanswered(event: Event, *, page: int) -> Page:
-    """A page of the receivers that have not answered, by name."""
+def unanswered(progress: Progress, *, page: int) -> Page:
+    """A page of the receivers of the event that have not answered, by name."""
     rows = (
-        Delivery.objects.filter(event=event, state__in=UNANSWERED_STATES)
+        Delivery.objects.filter(event=progress.event, state__in=UNANSWERED_STATES)
         .order_by("receiver__name")
         .values("receiver__name", "state", "delivered_at", "received_at")
     )
-    return Paginator(rows, PAGE_SIZE).get_page(page)
+    return CountedPaginator(rows, PAGE_SIZE, count=progress.total.unanswered).get_page(page)
+
+
+class CountedPaginator(Paginator):
+    """A paginator told how many rows there are: the progress counted them already,
+    and counting 25,000 deliveries again would cost the page a second scan."""
+
+    def __init__(self, object_list, per_page: int, *, count: int) -> None:
+        super().__init__(object_list, per_page)
+        self.known_count = count
+
+    @property
+    def count(self) -> int:
+        return self.known_count
 
 
 def failed(event: Event, *, limit: int = PAGE_SIZE) -> list[dict]:

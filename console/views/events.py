@@ -38,10 +38,11 @@ def event_page(request: HttpRequest, event_id) -> HttpResponse:
     """One event: its progress overall, per region and per dispatcher, who has not
     answered and who failed; the live part is re-read when the event changes."""
     event = get_object_or_404(Event.objects.select_related("sender", "resend_of"), pk=event_id)
+    progress = event_progress(event)
     context = {
         "event": event,
-        "progress": event_progress(event),
-        "waiting": unanswered(event, page=request.GET.get("page")),
+        "progress": progress,
+        "waiting": unanswered(progress, page=request.GET.get("page")),
         "failures": failed(event),
         "resends": list(event.resends.order_by("published_at").values("pk", "published_at")),
     }

@@ -7,6 +7,7 @@ from django.urls import reverse
 from broker.audit import Actor
 from broker.models import AuditEntry, Event
 from broker.scenario import OVERLOADED, VULNERABLE, WORM_ALERT, load_scenario
+from broker.services.policies import set_policy
 from broker.services.sending import grant_sending
 from console.roles import OPERATOR
 from tests.cast import OPERATOR as OLIVIA_MEMBER
@@ -67,6 +68,17 @@ def test_the_northwest_alert_reaches_exactly_the_northwest_servers(as_operator, 
     expected = northwest_servers(scenario)
     assert f'data-addressed="{expected}" data-accepting="{expected}" data-refusing="0"' in body
     assert "<td>Northwest</td><td>10</td><td>10</td><td>0</td>" in body
+
+
+def test_a_refusing_receiver_is_counted_in_its_region_and_model(as_operator, scenario):
+    refusing = next(s for s in scenario.servers if _region(s) == "Northwest")
+    set_policy(client=refusing, text='accept event.kind == "command"', actor=Actor("test", "t"))
+
+    body = as_operator.post(reverse("send-preview"), ALERT_FIELDS).content.decode()
+
+    refused = '<strong class="bad">1</strong>'
+    assert f"<td>Northwest</td><td>10</td><td>9</td><td>{refused}</td>" in body
+    assert f"<td>web-server</td><td>10</td><td>9</td><td>{refused}</td>" in body
 
 
 def test_the_trust_one_controller_reaches_no_one_and_the_preview_says_why(as_operator, scenario):
