@@ -10,11 +10,11 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
-from guardian.shortcuts import get_groups_with_perms, get_objects_for_user, get_users_with_perms
+from guardian.models import GroupObjectPermission, UserObjectPermission
 
 from broker.credentials import key_digest
 from broker.errors import InvalidInput
@@ -589,6 +589,27 @@ def last_seen_q(bucket: str, now: datetime, *, via: str = "") -> Q:
 SEND = "broker.add_event"  # the operator role's permission to send at all
 SEND_AS = "broker.send_as_client"  # per sender client, or global for every sender
 
+# The per-sender grants are django-guardian's rows, read and written by the permission's
+# natural key: guardian's own shortcuts go through a per-process content type cache,
+# which a long-lived web process may hold stale (a test database flushed under it).
+
+
+def send_as_permission() -> Permission:
+    """The permission row of sending as a sender client."""
+    app_label, codename = SEND_AS.split(".", 1)
+    return Permission.objects.select_related("content_type").get(
+        content_type__app_label=app_label, codename=codename
+    )
+
+
+def granted_sender_ids(user) -> set[int]:
+    """Ids of the senders `user` was granted, or one of their groups was."""
+    permission = send_as_permission()
+    mine = UserObjectPermission.objects.filter(user=user, permission=permission)
+    ours = GroupObjectPermission.objects.filter(group__user=user, permission=permission)
+    keys = [*mine.values_list("object_pk", flat=True), *ours.values_list("object_pk", flat=True)]
+    return {int(key) for key in keys if key.isdigit()}
+
 
 def senders_for(user) -> QuerySet[Client]:
     """The active sender clients `user` may send as: granted for each (to the user or
@@ -596,17 +617,17 @@ def senders_for(user) -> QuerySet[Client]:
     senders = Client.objects.filter(can_send=True, is_active=True).order_by("name")
     if not user.has_perm(SEND):
         return senders.none()
-    return get_objects_for_user(user, SEND_AS, klass=senders, accept_global_perms=True)
+    if user.has_perm(SEND_AS):
+        return senders
+    return senders.filter(pk__in=granted_sender_ids(user))
 
 
 def sending_holders(client: Client) -> list[str]:
     """Who may send as `client` by a grant for it: "group:NAME" and "user:NAME"."""
-    groups = get_groups_with_perms(client, attach_perms=True)
-    users = get_users_with_perms(client, attach_perms=True, with_group_users=False)
-    codename = SEND_AS.split(".", 1)[1]
-    held = [f"group:{g.name}" for g, perms in groups.items() if codename in perms]
-    held += [f"user:{u.get_username()}" for u, perms in users.items() if codename in perms]
-    return sorted(held)
+    rows = {"permission": send_as_permission(), "object_pk": str(client.pk)}
+    groups = GroupObjectPermission.objects.filter(**rows).values_list("group__name", flat=True)
+    users = UserObjectPermission.objects.filter(**rows).values_list("user__username", flat=True)
+    return sorted([*(f"group:{name}" for name in groups), *(f"user:{name}" for name in users)])
 
 
 MAX_SENDING_CANDIDATES = 500

@@ -100,12 +100,14 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-# Object permissions (django-guardian): who may send as which sender client.
+# Who may send as which sender client is kept in django-guardian's object permission
+# rows (broker.selectors.granted_sender_ids); its backend answers has_perm(perm, obj)
+# for the admin and integrations. The console has no anonymous user.
 AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
-GUARDIAN_ANONYMOUS_USER_NAME = None  # the console has no anonymous user
+GUARDIAN_ANONYMOUS_USER_NAME = None
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"

@@ -14,14 +14,14 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, Group
 from django.db import transaction
-from guardian.shortcuts import assign_perm, remove_perm
+from guardian.models import GroupObjectPermission, UserObjectPermission
 
 from broker import audit
 from broker.audit import Actor
 from broker.errors import BrokerError, InvalidInput, NotAuthorised
 from broker.models import Client, Delivery, Event
 from broker.reach import Reach, reach_of
-from broker.selectors import SEND, SEND_AS
+from broker.selectors import SEND, SEND_AS, granted_sender_ids, send_as_permission
 from broker.services.events import check_event, publish_event
 
 UNANSWERED = (Delivery.State.PENDING, Delivery.State.DELIVERED, Delivery.State.EXPIRED)
@@ -55,7 +55,7 @@ def may_send_as(user: AbstractBaseUser, sender: Client) -> bool:
     """Whether `user` may send, and as this sender (granted for it, or for any)."""
     if not user.has_perm(SEND):
         return False
-    return user.has_perm(SEND_AS) or user.has_perm(SEND_AS, sender)
+    return user.has_perm(SEND_AS) or sender.pk in granted_sender_ids(user)
 
 
 def preview_send(*, user: AbstractBaseUser, draft: Draft) -> Reach:
@@ -162,25 +162,42 @@ def grant_sending(*, client: Client, holder: AbstractBaseUser | Group, actor: Ac
     """Let a user or a group (a role) send as `client` from the console."""
     _check_sender(client)
     with transaction.atomic():
-        assign_perm(SEND_AS, holder, client)
-        audit.record_change(
-            actor=actor,
-            action="client.grant_sending",
-            target=f"client:{client.name}",
-            details={"holder": _holder_name(holder)},
-        )
+        _grants_of(holder).get_or_create(**_grant(holder, client))
+        _record_grant(actor, "client.grant_sending", client, holder)
 
 
 def withdraw_sending(*, client: Client, holder: AbstractBaseUser | Group, actor: Actor) -> None:
     """Stop a user or a group sending as `client` (a global grant is not touched)."""
     with transaction.atomic():
-        remove_perm(SEND_AS, holder, client)
-        audit.record_change(
-            actor=actor,
-            action="client.withdraw_sending",
-            target=f"client:{client.name}",
-            details={"holder": _holder_name(holder)},
-        )
+        _grants_of(holder).filter(**_grant(holder, client)).delete()
+        _record_grant(actor, "client.withdraw_sending", client, holder)
+
+
+def _grant(holder: AbstractBaseUser | Group, client: Client) -> dict:
+    """The guardian row of `holder` sending as `client`, by the permission's natural key
+    (see selectors.send_as_permission)."""
+    permission = send_as_permission()
+    kind = "group" if isinstance(holder, Group) else "user"
+    return {
+        kind: holder,
+        "permission": permission,
+        "content_type": permission.content_type,
+        "object_pk": str(client.pk),
+    }
+
+
+def _grants_of(holder: AbstractBaseUser | Group):
+    model = GroupObjectPermission if isinstance(holder, Group) else UserObjectPermission
+    return model.objects
+
+
+def _record_grant(actor: Actor, action: str, client: Client, holder) -> None:
+    audit.record_change(
+        actor=actor,
+        action=action,
+        target=f"client:{client.name}",
+        details={"holder": _holder_name(holder)},
+    )
 
 
 def _check_sender(client: Client) -> None:

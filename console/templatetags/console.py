@@ -136,6 +136,7 @@ def details_json(details) -> str:
     return text if len(text) <= DETAILS_SHOWN else text[:DETAILS_SHOWN] + "\n… (the CSV has it all)"
 
 
+@register.filter
 def percent(share: float | None) -> str:
     """A share (0.125) as a percentage ("12.5%"); empty for None."""
     return "" if share is None else f"{share * 100:.1f}%"

@@ -5,11 +5,10 @@ import secrets
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand
-from guardian.shortcuts import get_group_perms
 
 from broker.audit import Actor
 from broker.models import Client
-from broker.selectors import SEND_AS
+from broker.selectors import sending_holders
 from broker.services.sending import grant_sending
 from console.roles import ADMIN, AUDITOR, OPERATOR, POLICY_AUTHOR, TRUST_OFFICER, sync_roles
 
@@ -57,5 +56,5 @@ class Command(BaseCommand):
         operators = Group.objects.get(name=OPERATOR.name)
         demo = Actor("system", "demo")
         for sender in Client.objects.filter(can_send=True).order_by("name"):
-            if SEND_AS.split(".")[1] not in get_group_perms(operators, sender):
+            if f"group:{operators.name}" not in sending_holders(sender):
                 grant_sending(client=sender, holder=operators, actor=demo)
