@@ -115,7 +115,9 @@ def test_traffic_figures_add_up_the_traffic_records_of_the_last_minute(scenario)
     expected = hops_by_dispatcher(figures.measured_at - WINDOW)
     for node in figures.nodes:
         assert node.traffic == expected.get(node.name, Traffic()), node.name
-    assert figures.traffic.delivered == Delivery.objects.count() > 0
+    # Hops deliver most; a receiver whose registration reaches its leaf after an event
+    # gets it late, without a hop (it is not in the figures, as the page says).
+    assert 0 < figures.traffic.delivered <= Delivery.objects.count()
     assert figures.traffic.wasted > 0  # the unmatched selectors went down somewhere
     assert figures.nodes[0].traffic.routed == Event.objects.count() == 5  # all pass the root
 
