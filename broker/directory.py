@@ -209,10 +209,12 @@ def fresh_directory() -> Iterator[Directory]:
     """This process's directory, brought up to date, held for the caller alone."""
     global _directory
     with _lock:
+        if _directory is not None:
+            _directory.refresh()
+        # Checked after the refresh: a flushed database refilled with as many clients
+        # as before is only seen once the new ones have been added beside the old.
         if _directory is None or _directory.outdated():
             _directory = Directory()
-        else:
-            _directory.refresh()
         yield _directory
 
 

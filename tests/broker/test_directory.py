@@ -1,0 +1,36 @@
+"""The console's directory of clients, per process, kept fresh from the change log."""
+
+import pytest
+
+from broker.directory import fresh_directory
+from broker.models import (
+    AttestationGrant,
+    AttributeValue,
+    Authority,
+    Client,
+    ClientModel,
+    EventAttribute,
+    PolicyVersion,
+)
+from broker.scenario import load_scenario
+
+pytestmark = pytest.mark.django_db(databases=["default", "audit"])
+
+
+def empty_the_fleet() -> None:
+    """What a test database's flush does under a long-lived web process."""
+    models = (AttributeValue, AttestationGrant, PolicyVersion, Client, Authority, ClientModel)
+    for model in (*models, EventAttribute):
+        model.objects.all().delete()
+
+
+def test_a_fleet_emptied_and_refilled_to_the_same_size_is_read_anew():
+    load_scenario(servers=4)
+    with fresh_directory() as directory:
+        assert len(directory.select(None)) == Client.objects.count() == 7
+    empty_the_fleet()
+
+    load_scenario(servers=4)
+
+    with fresh_directory() as directory:
+        assert directory.select(None) == set(Client.objects.values_list("id", flat=True))
