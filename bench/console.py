@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import statistics
 import sys
 import time
@@ -56,7 +55,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.services import fresh_database, provide_services  # noqa: E402
+from bench.services import fresh_database, run_in_process  # noqa: E402
 
 FOLDER = ROOT / "var" / "bench-console"
 WARM_UPS = 2
@@ -292,18 +291,7 @@ def main() -> None:
         "--live-budget-ms", type=float, default=1000.0, help="highest live p95 allowed"
     )
     parser.add_argument("--no-live", action="store_true", help="skip the live updates")
-    args = parser.parse_args()
-    env = dict(os.environ)
-    env.setdefault("SECRET_KEY", secrets.token_urlsafe(40))
-    env.setdefault("LOG_LEVEL", "WARNING")
-    env.setdefault("STATIC_ROOT", str(FOLDER / "static"))
-    started = provide_services(env, FOLDER)
-    try:
-        ok = run(args, env)
-    finally:
-        for server in reversed(started):
-            server.stop()
-    sys.exit(0 if ok else 1)
+    run_in_process(run, parser.parse_args(), FOLDER)
 
 
 if __name__ == "__main__":

@@ -138,3 +138,19 @@ def wait_for_tree_idle(timeout_s: float) -> None:
     while time.monotonic() < deadline and quiet < 5:
         quiet = quiet + 1 if pending_tree_work(queues) == 0 else 0
         time.sleep(0.1)
+
+
+def run_in_process(run, args, folder: Path) -> None:
+    """Run a page bench (`run(args, env)`, answering whether it held its budgets) in
+    this process against private services kept in `folder`; exit 1 if it did not."""
+    env = dict(os.environ)
+    env.setdefault("SECRET_KEY", secrets.token_urlsafe(40))
+    env.setdefault("LOG_LEVEL", "WARNING")
+    env.setdefault("STATIC_ROOT", str(folder / "static"))
+    started = provide_services(env, folder)
+    try:
+        ok = run(args, env)
+    finally:
+        for server in reversed(started):
+            server.stop()
+    sys.exit(0 if ok else 1)

@@ -50,6 +50,16 @@ class Draft:
     recipients: list[int] | None = None
     resend_of: Event | None = None
 
+    def event_fields(self) -> dict[str, Any]:
+        """What the event service checks and publishes of it."""
+        return {
+            "sender": self.sender,
+            "content": self.content,
+            "selector": self.selector,
+            "lifetime_s": self.lifetime_s,
+            "channel": self.channel,
+        }
+
 
 def may_send_as(user: AbstractBaseUser, sender: Client) -> bool:
     """Whether `user` may send, and as this sender (granted for it, or for any)."""
@@ -63,14 +73,7 @@ def preview_send(*, user: AbstractBaseUser, draft: Draft) -> Reach:
     (including acting for a sender one may not) are audited."""
     actor = Actor("user", user.get_username())
     _check_may_send(user, draft.sender, actor)
-    selector = check_event(
-        sender=draft.sender,
-        content=draft.content,
-        selector=draft.selector,
-        lifetime_s=draft.lifetime_s,
-        channel=draft.channel,
-        actor=actor,
-    )
+    selector = check_event(**draft.event_fields(), actor=actor)
     return reach_of(
         sender=draft.sender, content=draft.content, selector=selector, within=draft.recipients
     )
@@ -85,11 +88,7 @@ def send_as(*, user: AbstractBaseUser, draft: Draft, confirmed_count: int | None
     _check_confirmation(reach.accepting, confirmed_count, actor, draft.sender)
     with transaction.atomic():
         event = publish_event(
-            sender=draft.sender,
-            content=draft.content,
-            selector=draft.selector,
-            lifetime_s=draft.lifetime_s,
-            channel=draft.channel,
+            **draft.event_fields(),
             actor=actor,
             recipients=draft.recipients,
             resend_of=draft.resend_of,
