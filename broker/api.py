@@ -33,7 +33,7 @@ from broker import audit, selectors
 from broker.audit import Actor
 from broker.errors import AuthenticationFailed, BrokerError, InvalidInput, NotAuthorised, NotFound
 from broker.inputs import check_text, decode_json
-from broker.models import Authority, Client, ClientModel, Event
+from broker.models import Authority, Client, ClientModel
 from broker.services import authorities, clients, events, operators
 from broker.services.clients import CLIENT_NAME
 
@@ -313,7 +313,7 @@ def preview(request: HttpRequest, payload: PreviewIn):
 def event_status(request: HttpRequest, event_id: UUID):
     """An event and what became of it at each receiver. Clients see their own events;
     operators need the permission to view deliveries."""
-    event = Event.objects.select_related("sender").filter(pk=event_id).first()
+    event = selectors.event_with_sender(event_id)
     if isinstance(request.auth, Client):
         if event is None or event.sender_id != request.auth.pk:
             raise NotFound(f"no event {event_id} sent by {request.auth.name}", field="event_id")

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from broker.directory import Directory, fresh_directory
 from broker.models import Event
+from broker.progress import recent_events
 from broker.selectors import search_vocabulary, vocabulary
 from policies import Policy, PolicySyntaxError
 
@@ -78,8 +79,7 @@ def policy_effect(*, client_ids: set[int], new: Policy) -> PolicyEffect:
 
 def _recent_events() -> list[Event]:
     since = timezone.now() - RECENT_WINDOW
-    query = Event.objects.filter(published_at__gte=since).select_related("sender")
-    return list(query.order_by("-published_at")[:RECENT_EVENTS])
+    return list(recent_events().filter(published_at__gte=since)[:RECENT_EVENTS])
 
 
 def current_policy_groups(client_ids: set[int]) -> dict[str | None, set[int]]:

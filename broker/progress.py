@@ -150,8 +150,9 @@ def failed(event: Event, *, limit: int = PAGE_SIZE) -> list[dict]:
 
 
 def recent_events(*, sender: str = "", live_only: bool = False) -> QuerySet[Event]:
-    """Events, newest first, with their deliveries counted by outcome."""
-    events = Event.objects.select_related("sender").order_by("-published_at")
+    """Events with their senders, newest first (of one sender, or still live only);
+    `with_counts` adds how their deliveries fared."""
+    events = Event.objects.select_related("sender").order_by("-published_at", "-pk")
     if sender:
         events = events.filter(sender__name=sender)
     if live_only:

@@ -9,6 +9,7 @@ so each distinct policy among the addressed receivers is checked once.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,9 +108,10 @@ def _verdict(text: str | None, sender_attributes: dict, content: dict) -> Verdic
 def _refusal(
     directory: Directory, text: str | None, verdict: Verdict | None, members: set[int]
 ) -> Refusal:
-    names = sorted(directory.entries[i].name for i in members)
+    # A few examples: the first names, without sorting every refusing receiver's.
+    names = heapq.nsmallest(EXAMPLES_PER_REASON, (directory.entries[i].name for i in members))
     reason = NO_POLICY_REASON if verdict is None else verdict.reason
-    return Refusal(reason, text, verdict, len(members), names[:EXAMPLES_PER_REASON])
+    return Refusal(reason, text, verdict, len(members), names)
 
 
 def _count(reach: Reach, directory: Directory, addressed: set[int], accepting: set[int]) -> None:
@@ -122,7 +124,7 @@ def _count(reach: Reach, directory: Directory, addressed: set[int], accepting: s
     )
     entries = directory.entries
     reach.by_model = _breakdowns(
-        Counter(entries[i].model for i in addressed), Counter(entries[i].model for i in refusing)
+        directory.model_counts(addressed), directory.model_counts(refusing)
     )
     reach.refusing_names = sorted(entries[i].name for i in refusing)
 

@@ -493,12 +493,6 @@ def event_with_sender(event_id) -> Event | None:
     return Event.objects.select_related("sender").filter(pk=event_id).first()
 
 
-def newest_events(*, limit: int = 10) -> list[Event]:
-    """The newest events, whoever sent them, with their senders."""
-    query = Event.objects.select_related("sender").order_by("-published_at", "-pk")
-    return list(query[:limit])
-
-
 def delivery_states(client: Client, events: Iterable[Event]) -> dict:
     """{event id: state of its delivery to `client`} for those of `events` it got."""
     rows = Delivery.objects.filter(receiver=client, event__in=[e.pk for e in events])

@@ -79,9 +79,7 @@ def _receivers_of(state: LeafState, event: RoutedEvent) -> set[int]:
     if not settings.TREE_MATCHING:
         return state.matcher.selected(None)
     matched = state.matcher.match(event.sender_attributes, event.content, event.selector)
-    if event.recipients is not None:
-        matched = {receiver_id for receiver_id in matched if receiver_id in event.recipients}
-    return matched
+    return event.reachable(matched)
 
 
 def _audit_policy_refusals(state: LeafState, batch, matched) -> None:
@@ -89,10 +87,8 @@ def _audit_policy_refusals(state: LeafState, batch, matched) -> None:
     the sender and the receivers by name (one query for all the batch's names)."""
     refused = {}
     for event in batch:
-        addressed = state.matcher.selected(event.selector)
-        if event.recipients is not None:  # a resend addresses only its recipients
-            addressed = {i for i in addressed if i in event.recipients}
-        ids = addressed - matched[event.id]
+        # A resend addresses only its recipients.
+        ids = event.reachable(state.matcher.selected(event.selector)) - matched[event.id]
         if ids:
             refused[event.id] = sorted(ids)
     if not refused:

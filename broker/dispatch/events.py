@@ -34,8 +34,14 @@ class RoutedEvent:
     recipients: frozenset[int] | None = None
 
     def may_reach(self, receiver_id: int) -> bool:
-        """Whether the event is limited to other receivers than this one."""
+        """Whether the event may reach this receiver (it is not limited to others)."""
         return self.recipients is None or receiver_id in self.recipients
+
+    def reachable(self, receiver_ids: set[int]) -> set[int]:
+        """Those of `receiver_ids` the event may reach."""
+        if self.recipients is None:
+            return receiver_ids
+        return {receiver_id for receiver_id in receiver_ids if receiver_id in self.recipients}
 
     @property
     def stream(self) -> tuple[int, str]:

@@ -19,12 +19,11 @@ from guardian.models import GroupObjectPermission, UserObjectPermission
 from broker import audit
 from broker.audit import Actor
 from broker.errors import BrokerError, InvalidInput, NotAuthorised
-from broker.models import Client, Delivery, Event
+from broker.models import Client, Event
+from broker.progress import UNANSWERED_STATES
 from broker.reach import Reach, reach_of
 from broker.selectors import SEND, SEND_AS, granted_sender_ids, send_as_permission
 from broker.services.events import check_event, publish_event
-
-UNANSWERED = (Delivery.State.PENDING, Delivery.State.DELIVERED, Delivery.State.EXPIRED)
 
 
 class ConfirmationNeeded(BrokerError):
@@ -101,7 +100,7 @@ def resend_unanswered(*, user: AbstractBaseUser, event: Event, confirmed_count: 
     """Send `event` again, as a new event limited to the receivers that have not
     answered it (still pending, confirmed without an answer, or expired unconfirmed)."""
     waiting = list(
-        event.deliveries.filter(state__in=UNANSWERED).values_list("receiver_id", flat=True)
+        event.deliveries.filter(state__in=UNANSWERED_STATES).values_list("receiver_id", flat=True)
     )
     if not waiting:
         raise InvalidInput("every receiver of this event answered", field="event")

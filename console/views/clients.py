@@ -15,6 +15,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from broker import selectors
 from broker.errors import BrokerError
 from broker.models import Client
+from broker.progress import recent_events
 from broker.services import clients as client_services
 from broker.services.sending import grant_sending, withdraw_sending
 from console.access import actor_of, requires
@@ -62,7 +63,7 @@ NEWEST_EVENTS = 10
 
 def _newest_events(client: Client) -> dict:
     """The newest events, whoever they were for, and which of them the client got."""
-    events = selectors.newest_events(limit=NEWEST_EVENTS)
+    events = list(recent_events()[:NEWEST_EVENTS])
     got = selectors.delivery_states(client, events)
     return {"newest_events": [(event, got.get(event.pk)) for event in events]}
 

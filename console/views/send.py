@@ -34,7 +34,6 @@ def compose(request: HttpRequest) -> HttpResponse:
     context = {
         "senders": list(senders_for(request.user)),
         "templates": SEND_TEMPLATES,
-        "chosen": chosen,
         "initial": _initial(request, chosen),
         "declared": sorted(event_vocabulary().items()),
         "lifetimes": LIFETIMES,
