@@ -1,7 +1,7 @@
 """Telling the operators' consoles that what they watch changed, over the channel
 layer: the fleet as a whole (topic `fleet`), one client (`client.ID`), the
-dispatcher tree's figures (`tree`), the list of events (`events`), or one event's
-deliveries (`event.UUID`).
+dispatcher tree's figures (`tree`), the list of events (`events`), one event's
+deliveries (`event.UUID`), the reports' runs (`reports`) or one run (`report.ID`).
 
 A fleet whose agents report their load every few seconds changes all the time, and a
 busy tree drains inboxes all the time, so these topics are announced at most once a
@@ -24,6 +24,7 @@ from broker.notify import on_push_loop
 FLEET = "fleet"
 EVENTS = "events"
 TREE = "tree"
+REPORTS = "reports"
 ANNOUNCE_INTERVAL_S = 1.0
 # An operator watches acknowledgements arrive: an event's page hears of them within
 # a quarter of a second, however many arrive.
@@ -59,6 +60,16 @@ def clients_changed(client_ids: Iterable[int]) -> None:
 def tree_changed() -> None:
     """Announce that the tree's figures moved (a dispatcher processed some hops)."""
     announce([TREE])
+
+
+def report_topic(run_id: int) -> str:
+    """The topic of one report run's progress."""
+    return f"report.{run_id}"
+
+
+def report_changed(run_id: int) -> None:
+    """Announce that a report run moved on (progress, finished or failed)."""
+    announce([REPORTS, report_topic(run_id)], interval=EVENT_INTERVAL_S)
 
 
 def event_topic(event_id) -> str:

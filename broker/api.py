@@ -191,7 +191,13 @@ def operator_with(request: HttpRequest, permission: str, action: str, target: st
     actor = Actor("user", user.username)
     if not user.has_perm(permission):
         error = NotAuthorised(f"{user.username} lacks the permission {permission}")
-        audit.record_refusal(actor=actor, action=action, target=target, reason=error.message)
+        audit.record_refusal(
+            actor=actor,
+            action=action,
+            target=target,
+            reason=error.message,
+            details={"category": audit.ROLE_REFUSED},
+        )
         raise error
     return actor
 

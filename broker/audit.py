@@ -18,9 +18,11 @@ from typing import Any
 from django.db import DatabaseError
 from django.utils import timezone
 
-from broker.errors import BrokerError
+from broker.errors import BrokerError, NotAuthorised
 from broker.inputs import printable_text
 from broker.models import AuditEntry
+from policies.explain import admits_sender
+from policies.filters import Filter
 
 REFUSALS_DATABASE = "audit"
 SHORT_TEXT = 200  # the actor and target columns
@@ -43,6 +45,25 @@ class Actor:
 
 
 SYSTEM = Actor("system", "broker")
+
+# What kind of refusal an entry records, in its details["category"] (docs/reports.md).
+# A receiver's policy refuses the sender's attested attributes, whatever the content:
+SENDER_NOT_QUALIFIED = "sender_not_qualified"
+# A receiver's policy admits the sender, but its clauses on the content refuse:
+CONTENT_FILTERED = "content_filtered"
+# A client stating, or an authority attesting, an attribute it may not (a sender's
+# attributes forged inside an event's content included):
+ATTRIBUTE_NOT_AUTHORISED = "attribute_not_authorised"
+# An operator lacking the role or permission, or a client lacking the sender's role:
+ROLE_REFUSED = "role_refused"
+OTHER = "other"  # invalid input, failed logins, unknown objects...
+REFUSAL_CATEGORIES = (
+    SENDER_NOT_QUALIFIED,
+    CONTENT_FILTERED,
+    ATTRIBUTE_NOT_AUTHORISED,
+    ROLE_REFUSED,
+    OTHER,
+)
 
 
 def record_change(
@@ -84,20 +105,55 @@ def refusals_recorded(
             target=target,
             reason=error.message,
             details={**(details or {}), "field": error.field},
+            error=error,
         )
         raise
 
 
+def refusal_category(*, action: str, error: BrokerError | None = None) -> str:
+    """The kind of a refusal of `action` that raised `error` (None: refused without an
+    error, e.g. a trust plan's refused clients). The one place that decides it; a
+    caller that knows better (a console 403, a policy at a leaf) says so itself."""
+    authorisation = error is None or isinstance(error, NotAuthorised)
+    if action.startswith("attributes.") and authorisation:
+        return ATTRIBUTE_NOT_AUTHORISED
+    if not isinstance(error, NotAuthorised):
+        return OTHER
+    if (error.field or "").startswith("content."):
+        return ATTRIBUTE_NOT_AUTHORISED  # sender attributes forged inside the event
+    if error.field == "sender":
+        # An operator who may not send as this sender, or a client that is no sender.
+        return ROLE_REFUSED
+    return OTHER
+
+
+def policy_refusal_category(filters: list[Filter], sender: Mapping[str, Any]) -> str:
+    """Why a policy (its filters) refused an event: the sender (no branch admits its
+    attested attributes, whatever the content) or the content (some branch admits the
+    sender; its clauses on the content refuse)."""
+    return CONTENT_FILTERED if admits_sender(filters, sender) else SENDER_NOT_QUALIFIED
+
+
 def record_refusal(
-    *, actor: Actor, action: str, target: str, reason: str, details: dict | None = None
+    *,
+    actor: Actor,
+    action: str,
+    target: str,
+    reason: str,
+    details: dict | None = None,
+    error: BrokerError | None = None,
 ) -> AuditEntry | None:
     """Record a refusal on its own connection, so that no rollback can lose it.
+
+    Its kind is `details["category"]` when the caller says it, else what
+    `refusal_category` makes of the action and the `error` that refused it.
 
     What the refused party sent is cleaned first (NUL, lone surrogates, NaN, oversized
     text), so that no input can make the record fail. If the database fails anyway,
     the refusal still stands: it is logged as an error, with everything the entry would
     have held, and None is returned.
     """
+    category = refusal_category(action=action, error=error)
     entry = AuditEntry(
         at=timezone.now(),
         actor=printable_text(str(actor), SHORT_TEXT),
@@ -105,7 +161,7 @@ def record_refusal(
         target=printable_text(target, SHORT_TEXT),
         outcome=AuditEntry.Outcome.REFUSED,
         reason=printable_text(reason, LONG_TEXT),
-        details=storable(details or {}),
+        details=storable({"category": category, **(details or {})}),
     )
     try:
         entry.save(using=REFUSALS_DATABASE)

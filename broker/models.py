@@ -17,6 +17,19 @@ from django.db.models.expressions import RawSQL
 
 from policies.types import ATTRIBUTE_TYPE_CHOICES
 
+# The id of the transaction that wrote a row: PostgreSQL's own, so that a reader can
+# track the snapshot's xmin (below which every transaction has ended) instead of ids
+# or clocks, which become visible out of order.
+CURRENT_TXID = RawSQL("pg_current_xact_id()::text::bigint", [])
+
+
+def last_writer_txid() -> models.BigIntegerField:
+    """A `txid` column: the transaction that last wrote the row. Set on insert by its
+    default and on update by a trigger (migration 0015), whoever writes; the reports'
+    export reads the rows written since its watermark by it (docs/reports.md)."""
+    return models.BigIntegerField(db_default=CURRENT_TXID, db_index=True, editable=False)
+
+
 identifier = RegexValidator(
     r"^[A-Za-z_][A-Za-z0-9_]*$", "Use letters, digits and underscores, starting with a letter."
 )
@@ -246,6 +259,7 @@ class AttributeHistory(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_by = models.CharField(max_length=200, blank=True, db_default="")
     at = models.DateTimeField()
+    txid = last_writer_txid()
 
     class Meta:
         indexes = [models.Index(fields=["client", "name", "at"], name="attribute_history_at")]
@@ -290,6 +304,7 @@ class PolicyVersion(models.Model):
     canonical_text = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=200)
+    txid = last_writer_txid()
 
     class Meta:
         constraints = [
@@ -344,6 +359,7 @@ class Event(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="resends"
     )
     recipients = ArrayField(models.BigIntegerField(), null=True, blank=True)
+    txid = last_writer_txid()
 
     class Meta:
         constraints = [
@@ -393,6 +409,7 @@ class Delivery(models.Model):
     received_at = models.DateTimeField(null=True, blank=True)  # confirmed by the agent
     acked_at = models.DateTimeField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
+    txid = last_writer_txid()
 
     class Meta:
         constraints = [
@@ -444,6 +461,7 @@ class TrafficRecord(models.Model):
     # it in, but no child and no receiver below took it.
     wasted = models.PositiveIntegerField(default=0)
     at = models.DateTimeField()
+    txid = last_writer_txid()
 
     class Meta:
         indexes = [
@@ -488,6 +506,7 @@ class AuditEntry(models.Model):
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
     reason = models.TextField(blank=True)
     details = models.JSONField(default=dict)
+    txid = last_writer_txid()
 
     class Meta:
         ordering = ["-at", "-id"]
@@ -515,7 +534,7 @@ class ClientChange(models.Model):
     # The writing transaction's id. Ids of rows are handed out before commit, so a row
     # with a smaller id can become visible after a larger one; readers instead track
     # PostgreSQL's snapshot xmin, below which every transaction has ended.
-    txid = models.BigIntegerField(db_default=RawSQL("pg_current_xact_id()::text::bigint", []))
+    txid = models.BigIntegerField(db_default=CURRENT_TXID)
     at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

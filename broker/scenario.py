@@ -7,6 +7,7 @@ import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -314,14 +315,17 @@ class _BulkCast:
     canonical_policy: str
 
 
-def bulk_add_web_servers(count: int, *, seed: int = 7, chunk: int = BULK_CHUNK) -> int:
+def bulk_add_web_servers(
+    count: int, *, seed: int = 7, chunk: int = BULK_CHUNK, registered_at: datetime | None = None
+) -> int:
     """Add those of the scenario's first `count` web servers that do not exist yet, as
     ensure_web_servers would (same names, values and provenance, policy, grant to the
     inventory, leaves, a ClientChange each), with COPY instead of the services: 100,000
     in about a minute on two cores. `chunk` servers per transaction, each chunk audited
     as one change by the system. Their secrets and grant keys are thrown away
-    (issue_fleet_tokens gives tokens). The scenario must have been loaded. Returns how
-    many servers were added."""
+    (issue_fleet_tokens gives tokens). They are registered, and their values set, at
+    `registered_at` (default: now; synthetic traffic registers them before its
+    incident). The scenario must have been loaded. Returns how many servers were added."""
     cast = _existing_cast()
     shared = _BulkCast(
         model_id=cast.web_server_model.pk,
@@ -332,7 +336,7 @@ def bulk_add_web_servers(count: int, *, seed: int = 7, chunk: int = BULK_CHUNK) 
     missing = _missing_servers(count, seed)
     for start in range(0, len(missing), chunk):
         with transaction.atomic():
-            _bulk_add_chunk(shared, missing[start : start + chunk])
+            _bulk_add_chunk(shared, missing[start : start + chunk], registered_at)
     return len(missing)
 
 
@@ -345,10 +349,12 @@ def _missing_servers(count: int, seed: int) -> list[tuple[dict, dict]]:
     return [server for server in servers if server[0]["hostname"] not in existing]
 
 
-def _bulk_add_chunk(shared: _BulkCast, servers: list[tuple[dict, dict]]) -> None:
+def _bulk_add_chunk(
+    shared: _BulkCast, servers: list[tuple[dict, dict]], registered_at: datetime | None
+) -> None:
     names = [stated["hostname"] for stated, _ in servers]
     leaves = dict(zip(names, spread_over_leaves(len(names)), strict=True))
-    now = timezone.now()
+    now = registered_at or timezone.now()
     client_fields = ["name", "model", "can_send", "can_receive", "secret_hash", "dispatcher"]
     copy_rows(
         Client,

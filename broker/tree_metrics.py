@@ -55,16 +55,37 @@ class SummaryFigures:
     @property
     def coagulated(self) -> bool:
         """Did coagulation replace the exact filters by fewer, broader ones?"""
-        return None not in (self.filters, self.exact_filters) and self.exact_filters > self.filters
+        return is_coagulated(self.filters, self.exact_filters)
 
     @property
     def loss(self) -> float | None:
         """Share of the sampled recent events the summary accepts though no exact filter
-        does: 0 when nothing was coagulated, None when it was but no event was there to
-        measure it on."""
-        if not self.coagulated:
-            return 0.0
-        return self.loss_extra / self.loss_sampled if self.loss_sampled else None
+        does (coagulation_loss)."""
+        return coagulation_loss(
+            self.filters, self.exact_filters, self.loss_sampled, self.loss_extra
+        )
+
+
+def is_coagulated(filters: int | None, exact_filters: int | None) -> bool:
+    """Did coagulation replace a summary's exact filters by fewer, broader ones?"""
+    return None not in (filters, exact_filters) and exact_filters > filters
+
+
+def coagulation_loss(
+    filters: int | None, exact_filters: int | None, loss_sampled: int, loss_extra: int
+) -> float | None:
+    """Of the recent events sampled when a summary was computed, the share its policy
+    accepts though none of the exact filters it replaced does: 0 when nothing was
+    coagulated, None when it was but no event was there to measure it on."""
+    if not is_coagulated(filters, exact_filters):
+        return 0.0
+    return loss_extra / loss_sampled if loss_sampled else None
+
+
+def is_wasteful(wasted: int, routed: int) -> bool:
+    """Wasted forwards worth a look: at least MANY_WASTED, and at least WASTED_SHARE of
+    the events the dispatcher routed."""
+    return wasted >= MANY_WASTED and wasted >= WASTED_SHARE * routed
 
 
 @dataclass
@@ -89,8 +110,7 @@ class DispatcherFigures:
 
     @property
     def wasteful(self) -> bool:
-        wasted, routed = self.traffic.wasted, self.traffic.routed
-        return wasted >= MANY_WASTED and wasted >= WASTED_SHARE * routed
+        return is_wasteful(self.traffic.wasted, self.traffic.routed)
 
     @property
     def flagged(self) -> bool:

@@ -52,7 +52,7 @@ def refuse(request: HttpRequest, *, permission: str, action: str) -> HttpRespons
         action=action,
         target=request.path[: audit.SHORT_TEXT],
         reason=reason,
-        details={"method": request.method},
+        details={"method": request.method, "category": audit.ROLE_REFUSED},
     )
     context = {"role": role, "action": action}
     template = "console/forbidden.html#refusal" if request.htmx else "console/forbidden.html"

@@ -1,9 +1,10 @@
 """The Celery application, configured from Django settings (the CELERY_ namespace)."""
 
 import os
+import threading
 
 from celery import Celery
-from celery.signals import task_prerun
+from celery.signals import task_prerun, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -19,3 +20,17 @@ def drop_broken_or_old_connections(**_) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@worker_ready.connect
+def warm_spark_in_the_reports_worker(sender=None, **_) -> None:
+    """The worker that serves the reports queue starts Spark as it starts (in the
+    background), so that no report waits for it; every report then finds it warm."""
+    from django.conf import settings
+
+    consumed = sender.app.amqp.queues.consume_from if sender is not None else {}
+    if settings.REPORTS_QUEUE not in (consumed or {}):
+        return
+    from reports.spark import warm_up
+
+    threading.Thread(target=warm_up, daemon=True, name="spark-warm-up").start()

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from broker.announcements import EVENTS, FLEET, TREE, console_group
+from broker.announcements import EVENTS, FLEET, REPORTS, TREE, console_group
 from console.roles import READ
 
 # Close code for an unauthenticated socket (4000-4999 are free for applications).
@@ -17,9 +17,12 @@ CLOSE_UNAUTHENTICATED = 4401
 
 
 # What a page may watch: the fleet, the dispatcher tree, one client by id, the events,
-# one event by id.
+# one event by id, the reports' runs, one run by id.
 UUID = r"[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}"
-TOPIC = re.compile(rf"^(?:{FLEET}|{TREE}|{EVENTS}|client\.[0-9]{{1,18}}|event\.{UUID})$")
+TOPIC = re.compile(
+    rf"^(?:{FLEET}|{TREE}|{EVENTS}|{REPORTS}|client\.[0-9]{{1,18}}|event\.{UUID}"
+    rf"|report\.[0-9]{{1,18}})$"
+)
 MAX_TOPICS = 20
 
 
@@ -68,7 +71,7 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
         if not valid or not all(isinstance(t, str) and TOPIC.match(t) for t in topics):
             error = (
                 f"topics: a list of at most {MAX_TOPICS} of 'fleet', 'tree', 'events', "
-                "'client.ID' or 'event.UUID'"
+                "'reports', 'client.ID', 'event.UUID' or 'report.ID'"
             )
             await self.send_json({"type": "error", "error": error})
             return

@@ -24,6 +24,10 @@ MANAGE_AUTHORITIES = "broker.change_authority"
 # Sending as a particular sender also needs that sender's object permission
 # (broker.selectors.SEND_AS); deciding who holds it is the admin's.
 DELEGATE_SENDING = "broker.delegate_sending"
+# Reports (docs/reports.md): every role reads them (the audit review also needs
+# READ_AUDIT); operators and auditors start them.
+READ_REPORTS = "reports.view_reportrun"
+RUN_REPORTS = "reports.add_reportrun"
 
 
 @dataclass(frozen=True)
@@ -36,12 +40,17 @@ class Role:
     everything: bool = False
 
 
-OPERATOR = Role("operator", "sends events and manages clients' tokens", (SEND, MANAGE_CLIENTS))
+OPERATOR = Role(
+    "operator", "sends events, manages clients' tokens, runs reports",
+    (SEND, MANAGE_CLIENTS, RUN_REPORTS),
+)  # fmt: skip
 POLICY_AUTHOR = Role("policy author", "writes and saves receivers' policies", (AUTHOR_POLICIES,))
 TRUST_OFFICER = Role(
     "trust officer", "attests attributes and manages authorities", (ATTEST, MANAGE_AUTHORITIES)
 )
-AUDITOR = Role("auditor", "reads everything, changes nothing", (READ_AUDIT,))
+AUDITOR = Role(
+    "auditor", "reads everything, runs reports, changes nothing", (READ_AUDIT, RUN_REPORTS)
+)
 ADMIN = Role("admin", "everything, including users and roles", everything=True)
 ROLES = (OPERATOR, POLICY_AUTHOR, TRUST_OFFICER, AUDITOR, ADMIN)
 
@@ -59,10 +68,10 @@ def _codename(permission: str) -> tuple[str, str]:
 
 def _permissions_of(role: Role) -> list[Permission]:
     if role.everything:
-        apps = ("broker", "auth")
+        apps = ("broker", "reports", "auth")
         return list(Permission.objects.filter(content_type__app_label__in=apps))
     reads = Permission.objects.filter(
-        content_type__app_label="broker", codename__startswith="view_"
+        content_type__app_label__in=("broker", "reports"), codename__startswith="view_"
     ).exclude(codename="view_auditentry")
     wanted = [_codename(p) for p in role.grants]
     granted = [Permission.objects.get(content_type__app_label=a, codename=c) for a, c in wanted]

@@ -5,8 +5,10 @@ a message naming the variable (see console.env). The launcher (`./run`, `./test`
 DATABASE_URL and REDIS_URL to private embedded servers when they are not given.
 """
 
+import re
 from pathlib import Path
 
+import reports
 from console.env import (
     ConfigurationError,
     celery_broker_url_for,
@@ -61,6 +63,7 @@ INSTALLED_APPS = [
     "guardian",
     "console",
     "broker",
+    "reports",
 ]
 
 MIDDLEWARE = [
@@ -214,6 +217,19 @@ TREE_BRANCHING = env_int("TREE_BRANCHING", 2, minimum=1)
 # blindly to every client, as a plain broadcast would.
 TREE_MATCHING = env_bool("TREE_MATCHING", default=True)
 
+# Reports (docs/reports.md). Spark runs in this process's JVM unless a master URL is set;
+# on a cluster, REPORTS_DATASET must be a path every executor sees.
+SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
+SPARK_DRIVER_MEMORY = env_str("SPARK_DRIVER_MEMORY", "2g")
+if not re.fullmatch(r"[1-9][0-9]*[mg]", SPARK_DRIVER_MEMORY):
+    raise ConfigurationError(
+        f"SPARK_DRIVER_MEMORY must be a size like 2g or 1536m, got {SPARK_DRIVER_MEMORY!r}."
+    )
+REPORTS_DATASET = Path(env_str("REPORTS_DATASET", str(BASE_DIR / "var" / "reports" / "dataset")))
+REPORTS_QUEUE = reports.QUEUE
+# The beat runs every report over the last day this often.
+REPORTS_INTERVAL_S = env_int("REPORTS_INTERVAL_S", 3600, minimum=60)
+
 # Beat: summaries are recomputed exactly (and may shrink) on this interval; events that
 # never reached the root are routed again.
 SUMMARY_INTERVAL_S = env_int("SUMMARY_INTERVAL_S", 60, minimum=1)
@@ -225,6 +241,8 @@ CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "broker.sweep", "schedule": 5.0},
     "expire-deliveries": {"task": "broker.expire_deliveries", "schedule": 5.0},
     "expire-attributes": {"task": "broker.expire_attributes", "schedule": 5.0},
+    "schedule-reports": {"task": "reports.schedule", "schedule": float(REPORTS_INTERVAL_S)},
+    "sweep-reports": {"task": "reports.sweep", "schedule": 15.0},
 }
 
 # Agents (broker/consumers.py) must log in this soon after connecting.
@@ -248,7 +266,6 @@ if AGENT_HEARTBEAT_S >= 2 * PRESENCE_REFRESH_S:
         f"({AGENT_HEARTBEAT_S}), got {PRESENCE_REFRESH_S}."
     )
 
-SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
 
 HEALTH_CHECK_TIMEOUT_S = env_int("HEALTH_CHECK_TIMEOUT_S", 3, minimum=1)
 

@@ -38,9 +38,10 @@ def audit_failed_login(sender, credentials, request=None, **kwargs) -> None:
 
 @receiver(post_migrate)
 def sync_roles_after_migrating(sender, **kwargs) -> None:
-    """The roles' groups follow the code: after the broker's permissions exist (they are
-    created by the same signal, for the broker app, just before this receiver)."""
-    if sender.name == "broker":
+    """The roles' groups follow the code: after the broker's and the reports' permissions
+    exist (the same signal creates them, app by app; reports is the last of the two in
+    INSTALLED_APPS)."""
+    if sender.name == "reports":
         from console.roles import sync_roles
 
         sync_roles()

@@ -5,7 +5,19 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from broker.api import api
-from console.views import audit, clients, events, fleet, overview, policies, send, tree, trust, why
+from console.views import (
+    audit,
+    clients,
+    events,
+    fleet,
+    overview,
+    policies,
+    reports,
+    send,
+    tree,
+    trust,
+    why,
+)
 
 urlpatterns = [
     path("", overview.home, name="home"),
@@ -36,6 +48,10 @@ urlpatterns = [
     path("events/<uuid:event_id>/resend", send.resend, name="event-resend"),
     path("audit/", audit.audit_log, name="audit-log"),
     path("audit/export.csv", audit.export_csv, name="audit-export"),
+    path("reports/", reports.report_index, name="reports"),
+    path("reports/<slug:kind>/", reports.report_page, name="report"),
+    path("reports/<slug:kind>/run", reports.run_report, name="report-run"),
+    path("reports/runs/<int:run_id>/<slug:section>.csv", reports.export_csv, name="report-csv"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

@@ -17,6 +17,7 @@ from console.env import ConfigurationError, env_int
 from launcher.demo_settings import default_data_dir, demo_keys_file, write_demo_settings
 from launcher.embedded import EmbeddedPostgres, EmbeddedRedis
 from launcher.supervisor import Supervisor, listening_socket, say
+from reports import QUEUE as REPORTS_QUEUE
 
 ROOT = Path(__file__).resolve().parent.parent
 VAR = ROOT / "var"
@@ -119,6 +120,7 @@ def start_console(
         ],
         env,
     )  # fmt: skip
+    supervisor.start("reports", reports_worker_argv(verbose=verbose), env)
     supervisor.start(
         "beat",
         [
@@ -129,6 +131,18 @@ def start_console(
         env,
     )  # fmt: skip
     return listener
+
+
+def reports_worker_argv(*, verbose: bool = False, hostname: str = "reports@%h") -> list[str]:
+    """The reports worker: the reports queue alone, one report at a time in the worker's
+    own process (`solo`), so that the SparkSession it starts stays warm for the next."""
+    python_bin = Path(sys.executable).parent
+    return [
+        str(python_bin / "celery"), "-A", "console", *([] if verbose else ["--quiet"]),
+        "worker", "--loglevel", "INFO" if verbose else "WARNING", "--pool", "solo",
+        "--without-gossip", "--without-mingle", "--hostname", hostname,
+        "--queues", REPORTS_QUEUE,
+    ]  # fmt: skip
 
 
 def connect_host(host: str) -> str:
@@ -148,14 +162,18 @@ def start_fleet(supervisor: Supervisor, env: dict[str, str], *, host: str, port:
 
 
 def prepare_console(env: dict[str, str], data_dir: Path) -> tuple[str, list[str]]:
-    """Migrate, collect static files, make sure of an admin, a user per role and the
-    scenario (its keys kept in the data folder); return the queues a worker must serve
-    and what to tell about the logins."""
+    """Migrate, collect static files, make sure of an admin, a user per role, the
+    scenario (its keys kept in the data folder) and the demo's incident; return the
+    queues a worker must serve and what to tell about the logins."""
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "collectstatic", "--noinput", "-v", "0")
     admin = manage(env, "ensure_admin", capture=True)
     manage(env, "load_scenario", "--keys-file", str(demo_keys_file(data_dir)), capture=True)
     users = manage(env, "ensure_demo_users", capture=True)
+    # A small incident for the report pages (once), and their first runs, so that no
+    # report page of a fresh demo is empty; the reports worker runs them once started.
+    manage(env, "generate_traffic", "--demo", capture=True)
+    manage(env, "run_reports", "--if-never-run", capture=True)
     return manage(env, "worker_queues", capture=True), [users, admin]
 
 

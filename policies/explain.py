@@ -8,7 +8,7 @@ attribute is absent), so an operator sees which clause refused and on what.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +95,14 @@ def check_policy(
 ) -> Verdict:
     """Does `policy` accept this sender (its attested attributes) and content, and why."""
     return check_filters(policy.filters(), {SENDER: sender or {}, EVENT: content or {}})
+
+
+def admits_sender(filters: Iterable[Filter], sender: Mapping[str, Any] | None) -> bool:
+    """Does some branch of a policy (its filters) hold on the sender's attributes, its
+    clauses on the event content aside? False: the policy refuses this sender whatever
+    it sends. One pass over the sender's clauses, no verdicts built."""
+    scopes = {SENDER: sender or {}}
+    return any(all(c.evaluate(scopes) for c in f.constraints if c.scope == SENDER) for f in filters)
 
 
 def check_selector(selector: Selector | None, receiver: Mapping[str, Any] | None) -> Verdict:

@@ -124,6 +124,36 @@ def celery_worker(django_db_setup, django_db_blocker) -> WorkerProcess:
         worker.stop()
 
 
+@pytest.fixture(scope="session")
+def reports_dataset(tmp_path_factory) -> Path:
+    """The Parquet dataset folder of the session's reports worker (a test that exports
+    from its own process must point REPORTS_DATASET here too)."""
+    return tmp_path_factory.mktemp("reports") / "dataset"
+
+
+@pytest.fixture(scope="session")
+def reports_worker(django_db_setup, django_db_blocker, reports_dataset) -> subprocess.Popen:
+    """A real reports worker (the launcher's: the reports queue alone, solo pool, Spark
+    warmed as it starts) on the test database and the session's dataset folder."""
+    from launcher.__main__ import reports_worker_argv
+    from reports import QUEUE as REPORTS_QUEUE
+
+    env = {**environment_for_test_database(), "REPORTS_DATASET": str(reports_dataset)}
+    process = subprocess.Popen(
+        reports_worker_argv(hostname=f"reports-test-{os.getpid()}@%h"),
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )
+    try:
+        with django_db_blocker.unblock():
+            wait_for_worker(process, queue=REPORTS_QUEUE)
+        yield process
+    finally:
+        stop_process(process)
+
+
 def worker_queues() -> str:
     """The default queue and every dispatcher queue of the configured tree."""
     from django.conf import settings
@@ -155,7 +185,8 @@ def start_worker(
     )
 
 
-def wait_for_worker(process: subprocess.Popen) -> None:
+def wait_for_worker(process: subprocess.Popen, *, queue: str | None = None) -> None:
+    """Wait until the worker runs a task from `queue` (the default queue if None)."""
     from console.health import probe_celery_worker
 
     deadline = time.monotonic() + PROCESS_START_TIMEOUT_S
@@ -163,7 +194,7 @@ def wait_for_worker(process: subprocess.Popen) -> None:
         if process.poll() is not None:
             raise RuntimeError(f"celery worker exited with {process.returncode}")
         try:
-            probe_celery_worker(timeout_s=1)
+            probe_celery_worker(queue=queue, timeout_s=1)
             return
         except TimeoutError:
             continue

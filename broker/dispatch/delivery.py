@@ -84,34 +84,60 @@ def _receivers_of(state: LeafState, event: RoutedEvent) -> set[int]:
 
 def _audit_policy_refusals(state: LeafState, batch, matched) -> None:
     """Receivers the sender addressed whose policy refused it: visible in the audit log,
-    the sender and the receivers by name (one query for all the batch's names)."""
+    one entry per event and kind of refusal (the sender not qualified, or its content
+    filtered), the sender and the receivers by name (one query for all the batch's
+    names)."""
     refused = {}
     for event in batch:
         # A resend addresses only its recipients.
         ids = event.reachable(state.matcher.selected(event.selector)) - matched[event.id]
         if ids:
-            refused[event.id] = sorted(ids)
+            refused[event.id] = _by_category(state, event, sorted(ids))
     if not refused:
         return
     # Beyond the names an entry lists, refusers are only counted: no need to read them.
     wanted = {e.sender_id for e in batch if e.id in refused}
-    wanted.update(*(ids[: audit.MAX_LISTED_NAMES] for ids in refused.values()))
+    for groups in refused.values():
+        wanted.update(*(ids[: audit.MAX_LISTED_NAMES] for ids in groups.values()))
     names = client_names(wanted)
     for event in batch:
-        if event.id in refused:
-            _audit_refusal(state, event, refused[event.id], names)
+        for category, refusers in refused.get(event.id, {}).items():
+            _audit_refusal(state, event, category, refusers, names)
 
 
-def _audit_refusal(state: LeafState, event: RoutedEvent, refusers: list[int], names) -> None:
+def _by_category(state: LeafState, event: RoutedEvent, refusers: list[int]) -> dict:
+    """{category: refusers} (ids in order). Receivers sharing a policy share its
+    verdict: each distinct policy is classified once per event."""
+    verdicts: dict = {}
+    groups: dict[str, list[int]] = {}
+    for receiver_id in refusers:
+        policy = state.matcher.policy(receiver_id)
+        if policy not in verdicts:
+            verdicts[policy] = audit.policy_refusal_category(
+                policy.filters(), event.sender_attributes
+            )
+        groups.setdefault(verdicts[policy], []).append(receiver_id)
+    return groups
+
+
+REFUSAL_REASONS = {
+    audit.SENDER_NOT_QUALIFIED: "refuse this sender under their policies, whatever it sends",
+    audit.CONTENT_FILTERED: "accept this sender but refuse this content under their policies",
+}
+
+
+def _audit_refusal(state: LeafState, event: RoutedEvent, category, refusers, names) -> None:
     listed = [names[i] for i in refusers[: audit.MAX_LISTED_NAMES] if i in names]
     audit.record_refusal(
         actor=Actor("client", names.get(event.sender_id, str(event.sender_id))),
         action="event.refused_by_policy",
         target=f"event:{event.id}",
         reason=f"{len(refusers)} receiver{'s' if len(refusers) != 1 else ''} addressed here "
-        "refuse this sender and content under their policies",
+        + REFUSAL_REASONS[category],
         details={
             "leaf": state.dispatcher_id,
+            "category": category,
+            "refusers": len(refusers),
             "receivers": audit.listed(sorted(listed), total=len(refusers)),
         },
     )

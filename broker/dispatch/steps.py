@@ -7,6 +7,7 @@ dispatcher it passes it is sent down into the children whose summary may match
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -191,35 +192,43 @@ def _forward_down(
         return {child: [e.id for e in events] for child in children} if events else {}
     summaries = dispatch_state.summaries_of(children)
     forwarded: dict[int, list[str]] = {}
-    refused: dict[str, int] = {}  # event id: subtrees whose receivers all refuse it
+    # event id: {category: subtrees whose receivers all refuse it}
+    refused: dict[str, Counter[str]] = {}
     for event in events:
         selected = [c for c in children if summaries[c].may_select(event.selector)]
-        accepting = [
-            c for c in selected if summaries[c].may_accept(event.sender_attributes, event.content)
-        ]
-        for child in accepting:
-            forwarded.setdefault(child, []).append(event.id)
-        if len(accepting) < len(selected):
-            refused[event.id] = len(selected) - len(accepting)
+        for child in selected:
+            if summaries[child].may_accept(event.sender_attributes, event.content):
+                forwarded.setdefault(child, []).append(event.id)
+            else:
+                category = audit.policy_refusal_category(
+                    summaries[child].policy_filters, event.sender_attributes
+                )
+                refused.setdefault(event.id, Counter())[category] += 1
     if refused:
         _audit_refused_subtrees(dispatcher_id, [e for e in events if e.id in refused], refused)
     return forwarded
 
 
 def _audit_refused_subtrees(
-    dispatcher_id: int, events: list[RoutedEvent], subtrees: dict[str, int]
+    dispatcher_id: int, events: list[RoutedEvent], subtrees: dict[str, Counter[str]]
 ) -> None:
     """The senders addressed receivers below, but none of their policies accepts it
-    (the senders named, in one query)."""
+    (the senders named, in one query), one entry per event and kind of refusal.
+
+    A summary over-approximates its receivers' policies: when even it refuses the
+    sender whatever the content, every policy below does (sender not qualified);
+    when it admits the sender, its content clauses refused, though some receivers'
+    own policies below may refuse the sender too (counted as content filtered)."""
     senders = client_names({event.sender_id for event in events})
     for event in events:
-        audit.record_refusal(
-            actor=audit.Actor("client", senders.get(event.sender_id, str(event.sender_id))),
-            action="event.refused_by_policy",
-            target=f"event:{event.id}",
-            reason="no receiver policy below this dispatcher accepts this sender and content",
-            details={"dispatcher": dispatcher_id, "subtrees": subtrees[event.id]},
-        )
+        for category, count in sorted(subtrees[event.id].items()):
+            audit.record_refusal(
+                actor=audit.Actor("client", senders.get(event.sender_id, str(event.sender_id))),
+                action="event.refused_by_policy",
+                target=f"event:{event.id}",
+                reason="no receiver policy below this dispatcher accepts this sender and content",
+                details={"dispatcher": dispatcher_id, "category": category, "subtrees": count},
+            )
 
 
 def _record_traffic(dispatcher_id, events, direction, forwarded, delivered) -> None:

@@ -140,3 +140,127 @@ def details_json(details) -> str:
 def percent(share: float | None) -> str:
     """A share (0.125) as a percentage ("12.5%"); empty for None."""
     return "" if share is None else f"{share * 100:.1f}%"
+
+
+@register.simple_tag
+def section_url(params, section: str, **changes) -> str:
+    """The page's query (`params`: request.GET) with a section's `sort` or `page`
+    changed (a new order goes back to its first page); other sections keep theirs."""
+    query = params.copy()
+    if "sort" in changes:
+        query.pop(f"{section}-page", None)
+    for name, value in changes.items():
+        query[f"{section}-{name}"] = value
+        if value in ("", 1):
+            del query[f"{section}-{name}"]
+    return "?" + query.urlencode()
+
+
+@register.filter
+def cell(value, field_type: str) -> str:
+    """A report's value as its field's declared type shows it (reports.results)."""
+    if value is None:
+        return "—"
+    if field_type == "time":
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if field_type == "int":
+        return f"{value:,}"
+    if field_type == "percent":
+        return percent(value)
+    if field_type == "seconds":
+        return duration(value)
+    if field_type == "float":
+        return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+@register.filter
+def duration(seconds: float | None) -> str:
+    """Seconds as a person reads them: 850 ms, 4.2 s, 3 min 5 s, 2 h 10 min."""
+    if seconds is None:
+        return ""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60} min"
+
+
+@register.filter
+def first_line(text: str) -> str:
+    """The first line of a text (an error's what, before its where)."""
+    return (text or "").strip().split("\n", 1)[0]
+
+
+@register.filter
+def after_first_line(text: str) -> str:
+    """All but the first line of a text."""
+    parts = (text or "").strip().split("\n", 1)
+    return parts[1].strip() if len(parts) > 1 else ""
+
+
+@register.filter
+def figure_name(key: str) -> str:
+    """A summary's key as words: `acked_ok` -> "acked ok"."""
+    return str(key).replace("_", " ")
+
+
+@register.filter
+def summary_figures(summary) -> list[tuple[str, str]]:
+    """A run's headline figures (its summary's numbers) as (words, shown value); the
+    job's own limits are not figures."""
+    if not isinstance(summary, dict):
+        return []
+    return [
+        _figure(str(key), value)
+        for key, value in summary.items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+        and not str(key).endswith("_limit")
+    ]  # fmt: skip
+
+
+def _figure(key: str, value: int | float) -> tuple[str, str]:
+    """How the jobs name their figures says their unit: `_s` seconds, `_ms`
+    milliseconds, a share or loss a fraction of one."""
+    if key.endswith("_s"):
+        return figure_name(key.removesuffix("_s")), duration(value)
+    if key.endswith("_ms"):
+        return figure_name(key.removesuffix("_ms")), duration(value / 1000)
+    if key.endswith(("share", "loss")) and 0 <= value <= 1:
+        return figure_name(key), percent(value)
+    return figure_name(key), f"{value:,}" if isinstance(value, int) else f"{value:,.3g}"
+
+
+@register.filter
+def with_fields(values: list, fields) -> list[tuple]:
+    """A report row's values beside their fields: [(value, field), ...]."""
+    return list(zip(values, fields, strict=False))
+
+
+# Report fields that name something with a page of its own: events by id, clients by
+# name; actors and targets as the audit log writes them (`client:web-00042`).
+LINKED_FIELDS = {"event": "event", "sender": "client", "receiver": "client"}
+AUDIT_REFERENCE_FIELDS = frozenset({"actor", "target", "subject"})
+
+
+@register.filter
+def cell_link(value, field_name: str) -> str:
+    """The page of what a report's cell names, or "" if none."""
+    if not isinstance(value, str) or not value:
+        return ""
+    if field_name in AUDIT_REFERENCE_FIELDS:
+        return object_url(value)
+    view = LINKED_FIELDS.get(field_name)
+    return _reversed(view, value) if view else ""
+
+
+@register.simple_tag
+def next_sort(query, field) -> str:
+    """The order a click on a section's column asks for: the other direction if it is
+    the order now; else numbers and times largest first, text A to Z."""
+    if query.field == field.name:
+        return field.name if query.descending else f"-{field.name}"
+    return field.name if field.type == "text" else f"-{field.name}"

@@ -2,7 +2,8 @@
 // updates of the page. Elements with data-live-topic ("fleet", "tree", "client.ID",
 // "events", "event.UUID") are watched; when the server announces a change, each
 // refreshes its own part of the page with htmx (data-live-select says which part of the
-// answer), at most every 2 seconds (data-live-interval: other milliseconds). A part
+// answer), at most every 2 seconds (data-live-interval: other milliseconds), and once
+// as the watch begins if marked data-live-catch-up. A part
 // where the operator ticked rows is not replaced: a notice offers the refresh. Elements
 // with data-elapsed-since (an ISO time) count the time since it, locally, every second.
 (function () {
@@ -31,7 +32,7 @@
       const message = JSON.parse(event.data);
       if (message.type === "time") showTime(message);
       else if (message.type === "changed") changed(message.topic);
-      else if (message.type === "watching") footer.dataset.watching = message.topics.join(" ");
+      else if (message.type === "watching") caughtUp(message.topics);
     });
     socket.addEventListener("close", function () {
       footer.dataset.state = "closed";
@@ -59,6 +60,18 @@
       if (el.dataset.refreshPending) return;
       el.dataset.refreshPending = "1";
       window.setTimeout(function () { refresh(el); }, Math.max(0, every - since));
+    });
+  }
+
+  // A part marked data-live-catch-up is refreshed once when its watch begins: what
+  // changed between the page's render and the watch was announced to no one (a report
+  // run that finished meanwhile would otherwise show running for ever).
+  function caughtUp(topics) {
+    footer.dataset.watching = topics.join(" ");
+    watched().forEach(function (el) {
+      if (el.dataset.liveCatchUp !== undefined && topics.indexOf(el.dataset.liveTopic) >= 0) {
+        changed(el.dataset.liveTopic);
+      }
     });
   }
 

@@ -30,7 +30,8 @@ def test_a_refusal_of_unstorable_input_is_recorded_with_its_text_spelled_out():
     assert stored.target == r"client:web\ud800"
     assert stored.reason == r"hostname may not hold \u0000"
     assert stored.details == {"attempted": {r"host\u0000name": r"a\udc00b", "load": "nan",
-                                            "n": 2**80}}  # fmt: skip
+                                            "n": 2**80},
+                              "category": "attribute_not_authorised"}  # fmt: skip
 
 
 def test_when_the_audit_write_fails_the_refusal_still_stands_and_is_logged(caplog):

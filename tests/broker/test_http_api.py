@@ -168,6 +168,7 @@ def test_an_operator_without_the_permission_is_refused_and_audited(asgi_server, 
     assert status == 403 and error["code"] == "not_authorised"
     refusal = AuditEntry.objects.get(action="client.register", outcome="refused")
     assert refusal.actor == "user:olivia"
+    assert refusal.details["category"] == "role_refused"
 
 
 def test_an_administrator_registers_provisions_and_revokes_a_client(asgi_server, world):

@@ -7,12 +7,15 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from broker import audit
+from broker.audit import Actor
 from broker.dispatch import state as dispatch_state
 from broker.dispatch.steps import DOWN, route
 from broker.models import AuditEntry, Client, Delivery
 from broker.scenario import load_scenario
 from broker.selectors import current_attributes
 from broker.services.events import publish_event
+from broker.services.policies import set_policy
 from tests.broker.agent_helpers import ISSUER
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
@@ -89,7 +92,39 @@ def test_a_refusal_at_the_leaf_names_the_sender_and_each_refusing_receiver():
         assert refusal.actor == "client:rogue-controller"
         assert refusal.details["receivers"] == {"names": iis_here, "unlisted": 0}
         assert refusal.reason.startswith(f"{len(iis_here)} receivers")
+        # Its trust of 1 fails every branch that could admit it, whatever it sends.
+        assert refusal.details["category"] == audit.SENDER_NOT_QUALIFIED
+        assert refusal.details["refusers"] == len(iis_here)
     assert len([q for q in queries if _reads_client_names(q["sql"])]) == 1
+
+
+def test_a_leaf_tells_a_sender_not_qualified_from_content_filtered_in_one_event():
+    scenario = load_scenario(servers=24)
+    web = next(s for s in scenario.servers if s.name == "web-00000")
+    here = Client.objects.filter(dispatcher_id=web.dispatcher_id, name__startswith="web-")
+    iis_here = sorted(c.name for c in here if current_attributes(c)["software"] == "IIS")
+    strict = iis_here[0]  # qualifies only national senders, whatever they send
+    set_policy(
+        client=Client.objects.get(name=strict),
+        text='accept sender.scope == "national"',
+        actor=Actor("client", strict),
+    )
+    northwest = scenario.controllers["northwest-controller"]  # qualified by the others
+    mild = publish_event(
+        sender=northwest, content={**WORM_ALERT, "threat_level": 2}, selector=IIS_SELECTOR
+    )
+    arrive(web.dispatcher_id, [mild])
+    dispatch_state.forget_leaf(web.dispatcher_id)
+    refusals = AuditEntry.objects.using("audit").filter(
+        action="event.refused_by_policy", target=f"event:{mild.pk}"
+    )
+    by_category = {r.details["category"]: r.details for r in refusals}
+    assert by_category.keys() == {audit.SENDER_NOT_QUALIFIED, audit.CONTENT_FILTERED}
+    assert by_category[audit.SENDER_NOT_QUALIFIED]["receivers"]["names"] == [strict]
+    assert by_category[audit.SENDER_NOT_QUALIFIED]["refusers"] == 1
+    # The scenario's policy admits the Northwest controller for alerts of level 4 or more.
+    assert by_category[audit.CONTENT_FILTERED]["receivers"]["names"] == iis_here[1:]
+    assert by_category[audit.CONTENT_FILTERED]["refusers"] == len(iis_here) - 1
 
 
 def _reads_client_names(sql: str) -> bool:

@@ -94,6 +94,7 @@ def test_the_trust_1_controllers_alert_is_refused_by_every_policy_and_audited(sc
     assert refusals.exists()
     assert all(entry.outcome == "refused" for entry in refusals)
     assert {entry.actor for entry in refusals} == {"client:rogue-controller"}
+    assert {entry.details["category"] for entry in refusals} == {"sender_not_qualified"}
 
 
 def _is_iis_24(server) -> bool:

@@ -95,6 +95,7 @@ def test_an_operator_is_refused_the_page_and_the_export_and_both_are_audited(as_
     assert as_operator.get(reverse("audit-export")).status_code == 403
     refusals = AuditEntry.objects.using("audit").filter(actor="user:olivia", outcome="refused")
     assert sorted(refusals.values_list("action", flat=True)) == ["audit.export", "audit.view"]
+    assert {refusal.details["category"] for refusal in refusals} == {"role_refused"}
 
 
 def test_the_navigation_links_the_log_only_for_those_who_may_read_it(as_operator, client):

@@ -1,7 +1,7 @@
 """Explaining a policy or a selector clause by clause, with the values tested."""
 
 from policies import parse_policy, parse_selector
-from policies.explain import check_policy, check_selector
+from policies.explain import admits_sender, check_policy, check_selector
 
 WEB_SERVER_POLICY = parse_policy(
     'accept (sender.organization == "Intellimune" and event.kind == "command")'
@@ -54,3 +54,14 @@ def test_no_selector_selects_every_receiver_and_a_false_policy_accepts_nothing()
     assert check_selector(None, {}).holds
     nothing = check_policy(parse_policy("accept false"), {}, {})
     assert not nothing.holds and nothing.reason == "it accepts nothing"
+
+
+def test_a_sender_is_admitted_when_some_branch_holds_on_its_attributes_alone():
+    filters = WEB_SERVER_POLICY.filters()
+    trusted = {**ROGUE, "trust": 2}
+    assert admits_sender(filters, trusted)  # whatever the content: a low threat too
+    assert not check_policy(WEB_SERVER_POLICY, trusted, {"threat_level": 1}).holds
+    assert not admits_sender(filters, ROGUE)  # trust 1 fails every branch
+    assert not admits_sender(filters, None)
+    assert admits_sender(parse_policy('accept event.kind == "command"').filters(), ROGUE)
+    assert not admits_sender(parse_policy("accept false").filters(), ROGUE)

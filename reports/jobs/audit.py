@@ -1,0 +1,534 @@
+"""Audit review: who did what, the refusals by reason per actor and per policy, and the
+anomalies worth a look, over the audit entries (and the events) of the window.
+
+Sections
+- `activity`: per actor and group of actions (ACTION_GROUPS), what was done and what
+  was refused, first and last time. Sends are counted from the events table (every
+  event, by whoever published it: an agent, or an operator acting for its sender),
+  since the audit log records only operators' sends; an operator's send confirmed by
+  typing its count is also a `send confirmation`.
+- `refusals`: per actor and category (broker.audit's REFUSAL_CATEGORIES), the entries,
+  the receivers that refused (a leaf's policy refusal counts its refusers; other
+  entries none), the events concerned, first and last time.
+- `refusals_by_policy`: the leaves' policy refusals by the refusing receiver's policy,
+  as that receiver's latest policy version created before the window's end holds it.
+  Attributed exactly: every receiver an entry lists (the first
+  broker.audit.MAX_LISTED_NAMES of each), to the policy it held at the end of the window.
+  Not attributed: the receivers an entry only counts (`refusers_unlisted` in the
+  summary); the subtrees an inner dispatcher refused on its summary, which name no
+  receiver (`subtree_refusals`); and a receiver whose policy changed during the window
+  is put under its latest policy, not the one that refused.
+- `anomalies`: `refusals_jump`, an actor whose refusals in the window's last quarter
+  exceed JUMP_FACTOR times its rate per quarter before (and are at least
+  JUMP_MIN_RECENT); `policy_refuses_all`, a policy whose receivers were named in policy
+  refusals in the window and got no delivery in it: it refused every sender that
+  addressed them and accepted none.
+
+Region: with `params.region`, an entry counts when a client of that region is involved:
+its actor, its target (`client:NAME`), or a client it lists (a policy refusal's
+receivers, a bulk change's clients); a send when its sender is of the region. Refusals
+by policy and `refusers` count only the region's listed receivers; `policy_refuses_all`
+looks at the region's receivers only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import datetime
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from broker import audit
+from reports.jobs.frames import iso, rows
+from reports.results import Field, Params, Result, Section
+from reports.spark import Dataset
+
+MAX_ACTIVITY_ROWS = 500
+MAX_REFUSAL_ROWS = 500
+MAX_POLICY_ROWS = 100
+MAX_ANOMALIES = 100
+POLICY_TEXT_SHOWN = 300  # characters of a policy's canonical text in a row
+
+# A jump: the last quarter's refusals are more than JUMP_FACTOR times the actor's
+# average per quarter in the three before (any at all, when it had none before) and
+# at least JUMP_MIN_RECENT, so that two refusals after one are not called a jump.
+JUMP_FACTOR = 3.0
+JUMP_MIN_RECENT = 5
+
+ACTION_GROUPS = {
+    "event.publish": "send",
+    "event.send": "send",
+    "event.resend": "send",
+    "event.refused_by_policy": "send",
+    "delivery.confirm": "delivery answer",
+    "delivery.ack": "delivery answer",
+    "policy.set": "policy edit",
+    "attributes.attest": "attestation",
+    "attributes.renew": "attestation",
+    "attributes.revoke": "revocation",
+    "grant.revoke": "revocation",
+    "grant.create": "grant",
+    "client.issue_token": "token issue",
+    "client.issue_fleet_tokens": "token issue",
+    "operator.issue_token": "token issue",
+    "client.revoke_tokens": "token revocation",
+    "attributes.state": "attributes stated",
+    "attributes.advertise": "attributes stated",
+}
+OTHER_GROUP = "other"
+SEND_CONFIRMATION = "send confirmation"
+POLICY_REFUSAL = "event.refused_by_policy"
+DONE, REFUSED = "done", "refused"
+NO_POLICY = "(no policy recorded)"
+
+# What the jobs read of an entry's details: the names it lists and how many it does not.
+LISTED = T.StructType([
+    T.StructField("names", T.ArrayType(T.StringType())),
+    T.StructField("unlisted", T.LongType()),
+])  # fmt: skip
+DETAILS = T.StructType([
+    T.StructField("receivers", LISTED),
+    T.StructField("clients", LISTED),
+    T.StructField("refusers", T.LongType()),
+    T.StructField("subtrees", T.LongType()),
+    T.StructField("confirmed_count", T.LongType()),
+])  # fmt: skip
+
+SECTIONS: dict[str, Section] = {
+    "activity": Section(
+        "Who did what",
+        (
+            Field("actor", "Actor"),
+            Field("group", "Actions"),
+            Field("done", "Done", "int"),
+            Field("refused", "Refused", "int"),
+            Field("first", "First", "time"),
+            Field("last", "Last", "time"),
+        ),
+    ),
+    "refusals": Section(
+        "Refusals by reason",
+        (
+            Field("actor", "Actor"),
+            Field("category", "Reason"),
+            Field("entries", "Entries", "int"),
+            Field("refusers", "Receivers refusing", "int"),
+            Field("events", "Events", "int"),
+            Field("first", "First", "time"),
+            Field("last", "Last", "time"),
+        ),
+    ),
+    "refusals_by_policy": Section(
+        "Refusals by the refusing receivers' policy",
+        (
+            Field("policy", "Policy"),
+            Field("holders", "Receivers holding it", "int"),
+            Field("receivers", "Receivers refusing", "int"),
+            Field("refusals", "Refusals", "int"),
+            Field(audit.SENDER_NOT_QUALIFIED, "Sender not qualified", "int"),
+            Field(audit.CONTENT_FILTERED, "Content filtered", "int"),
+            Field("senders", "Senders refused", "int"),
+        ),
+    ),
+    "anomalies": Section(
+        "Worth a look",
+        (
+            Field("kind", "Kind"),
+            Field("subject", "Actor or policy"),
+            Field("recent", "Refusals (last quarter, or in the window)", "int"),
+            Field("baseline", "Refusals per quarter before", "float"),
+            Field("ratio", "Ratio", "float"),
+            Field("senders", "Senders refused", "int"),
+            Field("holders", "Receivers holding the policy", "int"),
+            Field("deliveries", "Deliveries to them", "int"),
+            Field("detail", "In words"),
+        ),
+    ),
+}
+
+
+def run(data: Dataset, params: Params) -> Result:
+    """The audit review over the window (see the module's docstring)."""
+    with ExitStack() as kept:
+        refused = kept.enter_context(_persisted(_entries(data, params, refused_only=True)))
+        policies = kept.enter_context(_persisted(_latest_policies(data, params)))
+        by_actor = kept.enter_context(_persisted(_refusals_by_actor(refused, params)))
+        by_policy = kept.enter_context(_persisted(_refusals_by_policy(refused, policies, data)))
+        acts = kept.enter_context(_persisted(_acts(data, params)))
+        sections = {
+            "activity": _activity(acts, data, params),
+            "refusals": _refusal_rows(by_actor),
+            "refusals_by_policy": _policy_rows(by_policy),
+            "anomalies": _jumps(by_actor) + _refusing_all(by_policy, data, params, policies),
+        }
+        summary = _summary(acts, by_actor, sections)
+    return Result(summary=summary, sections=sections)
+
+
+@contextmanager
+def _persisted(frame: DataFrame) -> Iterator[DataFrame]:
+    """`frame` computed once for the several reads of a run, then let go."""
+    frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        yield frame
+    finally:
+        frame.unpersist()
+
+
+# The window's entries ------------------------------------------------------------------
+
+
+def _entries(data: Dataset, params: Params, *, refused_only: bool) -> DataFrame:
+    """The window's entries (or only its refusals), with what their details say (see
+    _with_details); with a region, only those involving its clients."""
+    at = F.col("at")
+    found = data.table("audit").where(
+        (at >= F.lit(params.window_start)) & (at < F.lit(params.window_end))
+    )
+    if refused_only:
+        found = found.where(F.col("outcome") == REFUSED)
+    entries = _with_details(found, bulk=bool(params.region))
+    if params.region:
+        entries = _involving_region(entries, data, params.region)
+    return entries.drop("id", "bulk", "actor_client", "target_client")
+
+
+def _with_details(found: DataFrame, *, bulk: bool) -> DataFrame:
+    """Entries with their details read once: whether a send was confirmed, the
+    clients involved (actor, target, listed; a bulk change's clients when `bulk`),
+    the refusers and the receivers not listed. Details are parsed only where they say
+    something a section reads, and Spark evaluates only what a section goes on to read."""
+    action = F.col("action")
+    confirmed = F.get_json_object("details", "$.confirmed_count").isNotNull()
+    clients = F.get_json_object("details", "$.clients.names") if bulk else F.lit(None)
+    parsed = found.select(
+        "id", "at", "actor", "action", "outcome", "target",
+        F.coalesce("category", F.lit(audit.OTHER)).alias("category"),
+        F.when(action == POLICY_REFUSAL, F.from_json("details", DETAILS)).alias("d"),
+        F.when(action == "event.send", confirmed).otherwise(False).alias("confirmed"),
+        F.from_json(clients, T.ArrayType(T.StringType())).alias("bulk"),
+    )  # fmt: skip
+    return parsed.select(
+        "id", "at", "actor", "action", "outcome", "target", "category", "confirmed", "bulk",
+        _client_name("actor").alias("actor_client"),
+        _client_name("target").alias("target_client"),
+        F.col("d.receivers.names").alias("listed"),
+        F.coalesce("d.receivers.unlisted", F.lit(0)).alias("unlisted"),
+        F.coalesce("d.refusers", F.lit(0)).alias("refusers"),
+        F.col("d.subtrees").isNotNull().alias("in_subtrees"),
+    )  # fmt: skip
+
+
+def _client_name(column: str) -> Column:
+    """The client an actor or target (`client:NAME`) names, else null."""
+    value = F.col(column)
+    return F.when(value.startswith("client:"), F.substring_index(value, ":", -1))
+
+
+def _region_clients(data: Dataset, region: str) -> DataFrame:
+    return (
+        data.table("clients")
+        .where(F.col("region") == region)
+        .select(F.col("id").alias("client_id"), F.col("name").alias("client"))
+    )
+
+
+def _involving_region(entries: DataFrame, data: Dataset, region: str) -> DataFrame:
+    """The entries a client of the region is involved in; a policy refusal's listed
+    receivers (and so its refusers) narrowed to the region's."""
+    clients = F.broadcast(_region_clients(data, region).select("client"))
+    empty = F.array().cast("array<string>")
+    named = F.concat(
+        F.array("actor_client", "target_client"),
+        F.coalesce("listed", empty),
+        F.coalesce("bulk", empty),
+    )
+    involved = entries.select("id", F.explode(named).alias("client"))
+    kept = entries.join(
+        involved.join(clients, "client", "left_semi").select("id").distinct(), "id", "left_semi"
+    )
+    listed_here = (
+        entries.select("id", F.explode("listed").alias("client"))
+        .join(clients, "client", "left_semi")
+        .groupBy("id")
+        .agg(F.collect_list("client").alias("listed_here"))
+    )
+    listed = F.when(F.col("listed").isNotNull(), F.coalesce("listed_here", empty))
+    return (
+        kept.join(listed_here, "id", "left")
+        .withColumns({"listed": listed, "unlisted": F.lit(0).cast("long")})
+        .withColumn(
+            "refusers",
+            F.when(F.col("listed").isNotNull(), F.size("listed")).otherwise(0).cast("long"),
+        )
+        .drop("listed_here")
+    )
+
+
+# Activity ------------------------------------------------------------------------------
+
+
+def _acts(data: Dataset, params: Params) -> DataFrame:
+    """The window's entries counted per actor, group of actions and outcome, with
+    first and last time (group null: an operator's unconfirmed send, see _group)."""
+    entries = _entries(data, params, refused_only=False)
+    return entries.groupBy("actor", _group().alias("group"), "outcome").agg(
+        F.count(F.lit(1)).alias("count"),
+        F.min("at").alias("first_at"),
+        F.max("at").alias("last_at"),
+    )
+
+
+def _activity(acts: DataFrame, data: Dataset, params: Params) -> list[dict]:
+    audited = acts.where(F.col("group").isNotNull()).select(
+        "actor", "group",
+        F.when(F.col("outcome") == DONE, F.col("count")).otherwise(0).alias("done"),
+        F.when(F.col("outcome") == REFUSED, F.col("count")).otherwise(0).alias("refused"),
+        "first_at", "last_at",
+    )  # fmt: skip
+    grouped = (
+        audited.unionByName(_sends(data, params))
+        .groupBy("actor", "group")
+        .agg(
+            F.sum("done").alias("done"),
+            F.sum("refused").alias("refused"),
+            iso(F.min("first_at")).alias("first"),
+            iso(F.max("last_at")).alias("last"),
+        )
+    )
+    ordered = grouped.orderBy(F.desc(F.col("done") + F.col("refused")), "actor", "group")
+    return rows(ordered, SECTIONS["activity"].field_names, limit=MAX_ACTIVITY_ROWS)
+
+
+def _group() -> Column:
+    """An entry's group of actions. An operator's send is counted from the events, so
+    its entry counts only as a confirmation, when it was confirmed."""
+    action, done = F.col("action"), F.col("outcome") == DONE
+    mapping = F.create_map(*[F.lit(x) for pair in ACTION_GROUPS.items() for x in pair])
+    return (
+        F.when((action == "event.send") & done & F.col("confirmed"), F.lit(SEND_CONFIRMATION))
+        .when((action == "event.send") & done, F.lit(None))
+        .otherwise(F.coalesce(mapping[action], F.lit(OTHER_GROUP)))
+    )
+
+
+def _sends(data: Dataset, params: Params) -> DataFrame:
+    """Every event published in the window, as a send by whoever published it."""
+    published = F.col("published_at")
+    events = data.table("events").where(
+        (published >= F.lit(params.window_start)) & (published < F.lit(params.window_end))
+    )
+    if params.region:
+        senders = F.broadcast(_region_clients(data, params.region)).select(
+            F.col("client_id").alias("sender_id")
+        )
+        events = events.join(senders, "sender_id", "left_semi")
+    by = F.when(F.coalesce("sent_by", F.lit("")) == "", F.concat(F.lit("client:"), "sender"))
+    sends = events.groupBy(by.otherwise(F.col("sent_by")).alias("actor")).agg(
+        F.count(F.lit(1)).alias("done"),
+        F.min(published).alias("first_at"),
+        F.max(published).alias("last_at"),
+    )
+    return sends.withColumns({"group": F.lit("send"), "refused": F.lit(0).cast("long")})
+
+
+# Refusals ------------------------------------------------------------------------------
+
+
+def _refusals_by_actor(refused: DataFrame, params: Params) -> DataFrame:
+    """Per actor and category: the entries (and how many in the window's last
+    quarter), refusers, events, first and last; the unlisted refusers and the subtrees'
+    refusals of policy refusals."""
+    recent = F.col("at") >= F.lit(_last_quarter(params))
+    policy_refusal = F.col("action") == POLICY_REFUSAL
+    event = F.when(F.col("target").startswith("event:"), F.col("target"))
+    return refused.groupBy("actor", "category").agg(
+        F.count(F.lit(1)).alias("entries"),
+        F.sum("refusers").cast("long").alias("refusers"),
+        F.count_distinct(event).alias("events"),
+        F.min("at").alias("first_at"),
+        F.max("at").alias("last_at"),
+        F.sum(recent.cast("long")).alias("recent"),
+        F.sum(F.when(policy_refusal, F.col("unlisted"))).cast("long").alias("unlisted"),
+        F.sum((policy_refusal & F.col("in_subtrees")).cast("long")).alias("subtree_refusals"),
+    )
+
+
+def _refusal_rows(by_actor: DataFrame) -> list[dict]:
+    ordered = by_actor.orderBy(F.desc("entries"), "actor", "category").withColumns(
+        {"first": iso("first_at"), "last": iso("last_at")}
+    )
+    return rows(ordered, SECTIONS["refusals"].field_names, limit=MAX_REFUSAL_ROWS)
+
+
+def _latest_policies(data: Dataset, params: Params) -> DataFrame:
+    """Per receiver, its latest policy version created before the window's end: its
+    id, name, policy (`policy_key`, a 64-bit hash of its canonical text, moves through
+    the joins instead of the text)."""
+    versions = data.table("policy_versions").where(F.col("created_at") < F.lit(params.window_end))
+    keyed = versions.withColumn("policy_key", F.xxhash64("policy"))
+    latest = keyed.groupBy("client_id").agg(
+        F.max_by(F.struct("client", "policy_key"), "version").alias("v")
+    )
+    policies = latest.select("client_id", "v.client", "v.policy_key")
+    if params.region:
+        region = _region_clients(data, params.region).select("client_id")
+        policies = policies.join(F.broadcast(region), "client_id", "left_semi")
+    return policies
+
+
+def _policy_texts(data: Dataset) -> DataFrame:
+    """{policy_key: canonical text}: few rows, however many receivers hold them."""
+    texts = data.table("policy_versions").select("policy").distinct()
+    return texts.select(F.xxhash64("policy").alias("policy_key"), "policy")
+
+
+def _refusals_by_policy(refused: DataFrame, policies: DataFrame, data: Dataset) -> DataFrame:
+    """Per policy: its listed refusing receivers, refusals by category and senders;
+    with how many receivers hold it (null key and text: receivers with no policy)."""
+    named = refused.where(F.col("listed").isNotNull()).select(
+        "actor", "category", F.explode("listed").alias("client")
+    )
+    held_by = F.broadcast(policies.select("client", "policy_key"))
+    attributed = named.join(held_by, "client", "left")
+    counts = [
+        F.sum((F.col("category") == c).cast("long")).alias(c)
+        for c in (audit.SENDER_NOT_QUALIFIED, audit.CONTENT_FILTERED)
+    ]
+    refusing = attributed.groupBy("policy_key").agg(
+        F.count_distinct("client").alias("receivers"),
+        F.count(F.lit(1)).alias("refusals"),
+        *counts,
+        F.count_distinct("actor").alias("senders"),
+    )
+    held = policies.groupBy("policy_key").agg(F.count(F.lit(1)).alias("holders"))
+    texts = F.broadcast(_policy_texts(data))
+    return refusing.join(held, "policy_key", "left").join(texts, "policy_key", "left")
+
+
+def _policy_rows(by_policy: DataFrame) -> list[dict]:
+    ordered = by_policy.orderBy(F.desc("refusals"), "policy").withColumns(
+        {"policy": _shown(F.col("policy")), "holders": F.coalesce("holders", F.lit(0))}
+    )
+    return rows(ordered, SECTIONS["refusals_by_policy"].field_names, limit=MAX_POLICY_ROWS)
+
+
+def _shown(policy: Column) -> Column:
+    cut = F.when(
+        F.length(policy) > POLICY_TEXT_SHOWN,
+        F.concat(F.substring(policy, 1, POLICY_TEXT_SHOWN - 1), F.lit("…")),
+    ).otherwise(policy)
+    return F.coalesce(cut, F.lit(NO_POLICY))
+
+
+# Anomalies -----------------------------------------------------------------------------
+
+
+def _last_quarter(params: Params) -> datetime:
+    return params.window_end - (params.window_end - params.window_start) / 4
+
+
+def _jumps(by_actor: DataFrame) -> list[dict]:
+    """Actors whose refusals jumped in the window's last quarter (see JUMP_FACTOR)."""
+    per_actor = by_actor.groupBy("actor").agg(
+        F.sum("recent").alias("recent"), (F.sum("entries") - F.sum("recent")).alias("earlier")
+    )
+    baseline = F.col("earlier") / F.lit(3.0)  # the three quarters before, on average
+    jumped = per_actor.where(
+        (F.col("recent") >= JUMP_MIN_RECENT) & (F.col("recent") > baseline * JUMP_FACTOR)
+    ).select(
+        F.lit("refusals_jump").alias("kind"),
+        F.col("actor").alias("subject"),
+        "recent",
+        baseline.alias("baseline"),
+        F.when(baseline > 0, F.col("recent") / baseline).alias("ratio"),
+    )
+    ordered = jumped.orderBy(F.desc("recent"), "subject")
+    return [_jump_row(row) for row in rows(ordered, jumped.columns, limit=MAX_ANOMALIES)]
+
+
+def _jump_row(row: dict) -> dict:
+    before = f"{row['baseline']:.1f} per quarter before" if row["baseline"] else "none before"
+    return {
+        **_blank_anomaly(),
+        **row,
+        "detail": f"{row['recent']} refusals in the window's last quarter, {before}",
+    }
+
+
+def _refusing_all(
+    by_policy: DataFrame, data: Dataset, params: Params, policies: DataFrame
+) -> list[dict]:
+    """Policies named in refusals whose receivers got no delivery in the window."""
+    delivered = _delivered_policies(data, params, policies)
+    found = (
+        by_policy.where(F.col("policy_key").isNotNull())
+        .join(delivered, "policy_key", "left_anti")
+        .orderBy(F.desc("refusals"), "policy")
+        .select(
+            F.lit("policy_refuses_all").alias("kind"),
+            _shown(F.col("policy")).alias("subject"),
+            F.col("refusals").alias("recent"),
+            "senders",
+            "holders",
+        )
+    )
+    return [_refusing_all_row(row) for row in rows(found, list(found.columns), limit=MAX_ANOMALIES)]
+
+
+def _delivered_policies(data: Dataset, params: Params, policies: DataFrame) -> DataFrame:
+    """The policies (keys) whose receivers got a delivery in the window."""
+    at = F.col("delivered_at")
+    deliveries = data.table("deliveries").where(
+        (at >= F.lit(params.window_start)) & (at < F.lit(params.window_end))
+    )
+    receivers = F.broadcast(policies.select(F.col("client_id").alias("receiver_id"), "policy_key"))
+    return (
+        deliveries.select("receiver_id")
+        .join(receivers, "receiver_id")
+        .select("policy_key")
+        .distinct()
+    )
+
+
+def _refusing_all_row(row: dict) -> dict:
+    return {
+        **_blank_anomaly(),
+        **row,
+        "deliveries": 0,
+        "detail": f"refused {row['senders']} sender(s) {row['recent']} times and accepted "
+        f"nothing: none of its {row['holders']} receivers got a delivery",
+    }
+
+
+def _blank_anomaly() -> dict:
+    return dict.fromkeys(SECTIONS["anomalies"].field_names)
+
+
+# Summary -------------------------------------------------------------------------------
+
+
+def _summary(acts: DataFrame, by_actor: DataFrame, sections: dict) -> dict:
+    """Entries and changes; refusals per category, refusers not listed (so not
+    attributed to a policy) and refusals of whole subtrees; anomalies."""
+    outcomes = acts.groupBy("outcome").agg(F.sum("count").alias("count")).collect()
+    counted = {row["outcome"]: row["count"] for row in outcomes}
+    categories = {
+        c: F.sum(F.when(F.col("category") == c, F.col("entries"))) for c in audit.REFUSAL_CATEGORIES
+    }
+    totals = by_actor.agg(
+        F.sum("entries").alias("refusals"),
+        *[total.alias(category) for category, total in categories.items()],
+        F.sum("unlisted").alias("refusers_unlisted"),
+        F.sum("subtree_refusals").alias("subtree_refusals"),
+    ).first()
+    return {
+        "entries": sum(counted.values()),
+        "changes": counted.get(DONE, 0),
+        **{name: value or 0 for name, value in totals.asDict().items()},
+        "anomalies": len(sections["anomalies"]),
+    }

@@ -1,0 +1,100 @@
+"""What several report jobs read the same way: the events of a window, the receivers of
+a region, deliveries' states in the event page's words (broker.progress), times as ISO
+8601 text, and small results as JSON-ready rows.
+
+Everything here is a Spark DataFrame operation; only `rows` collects, and only what a
+job has already aggregated and bounded.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from broker.models import Delivery
+from broker.progress import NO_REGION, UNANSWERED_STATES
+from reports.results import Params
+from reports.spark import Dataset
+
+State = Delivery.State
+# The event page's words for a delivery's state (broker.progress.Tally): `received`
+# means the agent has it (answered or not); `no answer` is still waiting (recorded or
+# received, not answered, not expired); `expired` never reached its agent.
+RECEIVED_STATES = (State.DELIVERED, State.ACKED, State.FAILED)
+WAITING_STATES = (State.PENDING, State.DELIVERED)
+NEVER_ANSWERED_STATES = tuple(str(state) for state in UNANSWERED_STATES)
+MICROS = 1_000_000.0
+ISO_UTC = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"  # the session's time zone is UTC
+
+
+def window_events(data: Dataset, params: Params) -> DataFrame:
+    """The events published in [window_start, window_end)."""
+    published = F.col("published_at")
+    return data.table("events").where(
+        (published >= F.lit(params.window_start)) & (published < F.lit(params.window_end))
+    )
+
+
+def receivers(data: Dataset, params: Params) -> DataFrame:
+    """Clients as receivers (receiver_id, receiver, region; a client without a region
+    is in NO_REGION), only the region's when the run is for one."""
+    clients = data.table("clients").select(
+        F.col("id").alias("receiver_id"),
+        F.col("name").alias("receiver"),
+        F.coalesce(F.col("region"), F.lit(NO_REGION)).alias("region"),
+        F.col("dispatcher_id").alias("receiver_dispatcher"),
+    )
+    if params.region:
+        clients = clients.where(F.col("region") == params.region)
+    return clients
+
+
+def window_deliveries(data: Dataset, params: Params, events: DataFrame) -> DataFrame:
+    """The deliveries of `events` (a window's, small next to deliveries) to the run's
+    receivers, with the receiver's name, region and leaf dispatcher."""
+    deliveries = data.table("deliveries").join(
+        F.broadcast(events.select(F.col("id").alias("event_id"))), "event_id"
+    )
+    return deliveries.join(F.broadcast(receivers(data, params)), "receiver_id")
+
+
+def is_state(*states: str) -> Column:
+    return F.col("state").isin(*[str(state) for state in states])
+
+
+def count_where(condition: Column) -> Column:
+    return F.sum(F.when(condition, 1).otherwise(0)).cast("long")
+
+
+def state_counts() -> list[Column]:
+    """A delivery aggregate's counts, as the event page counts them."""
+    return [
+        F.count(F.lit(1)).alias("targeted"),
+        count_where(is_state(*RECEIVED_STATES)).alias("delivered"),
+        count_where(is_state(State.ACKED)).alias("acked_ok"),
+        count_where(is_state(State.FAILED)).alias("failed"),
+        count_where(is_state(*WAITING_STATES)).alias("no_answer"),
+        count_where(is_state(State.EXPIRED)).alias("expired"),
+    ]
+
+
+def micros_between(start: str, end: str) -> Column:
+    """Microseconds from column `start` to column `end` (null if either is)."""
+    return F.unix_micros(F.col(end)) - F.unix_micros(F.col(start))
+
+
+def seconds(micros: Column) -> Column:
+    return micros / F.lit(MICROS)
+
+
+def iso(column: str | Column) -> Column:
+    """A timestamp as ISO 8601 text in UTC, to the microsecond."""
+    return F.date_format(column, ISO_UTC)
+
+
+def rows(frame: DataFrame, fields: list[str], *, limit: int | None = None) -> list[dict]:
+    """The frame's rows (at most `limit`) as dicts of `fields`: JSON-ready when the
+    frame already made times text."""
+    if limit is not None:
+        frame = frame.limit(limit)
+    return [row.asDict() for row in frame.select(*fields).collect()]

@@ -1,0 +1,176 @@
+"""Reach and containment per command: how many receivers each event of the window
+targeted, how many got it, answered ok, failed, have not answered, or expired without
+getting it (the event page's counts, broker.progress); how long until 50, 90 and 99 %
+of those targeted had acknowledged ok; the same per region; and who never answered.
+
+Times to acknowledge are order statistics: the k-th acknowledgement of an event, for
+k = ceil(p * targeted). They come from one aggregation per (event, region) that keeps
+the acknowledgement delays, sorted within each group, instead of a window sort over
+every delivery.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from reports.jobs import frames
+from reports.results import Field, Params, Result, Section
+from reports.spark import Dataset
+
+MAX_ROWS = 10_000  # per section; the summary says how many there were
+PERCENTS = (50, 90, 99)
+COUNT_NAMES = ("targeted", "delivered", "acked_ok", "failed", "no_answer", "expired")
+
+COUNTS = (
+    Field("targeted", "Targeted", "int"),
+    Field("delivered", "Received", "int"),
+    Field("acked_ok", "Acknowledged ok", "int"),
+    Field("failed", "Failed", "int"),
+    Field("no_answer", "No answer yet", "int"),
+    Field("expired", "Expired undelivered", "int"),
+    *(Field(f"t{p}_s", f"{p} % acknowledged ok after", "seconds") for p in PERCENTS),
+)
+SECTIONS = {
+    "commands": Section(
+        "Reach per event",
+        (
+            Field("event", "Event"),
+            Field("published_at", "Published", "time"),
+            Field("sender", "Sender"),
+            Field("kind", "Kind"),
+            Field("action", "Action"),
+            Field("selector", "Selector"),
+            *COUNTS,
+        ),
+    ),
+    "regions": Section(
+        "Reach per event and region",
+        (Field("event", "Event"), Field("region", "Region"), *COUNTS),
+    ),
+    "never_answered": Section(
+        "Receivers that never answered",
+        (
+            Field("event", "Event"),
+            Field("receiver", "Receiver"),
+            Field("region", "Region"),
+            Field("state", "State"),
+            Field("delivered_at", "Recorded for it", "time"),
+        ),
+    ),
+}
+
+
+def run(data: Dataset, params: Params) -> Result:
+    """The reach report over the events published in the window."""
+    events = frames.window_events(data, params)
+    deliveries = frames.window_deliveries(data, params, events)
+    by_region = _tallies_by_region(deliveries, events).cache()
+    try:
+        by_event = _tallies_by_event(by_region, events, regional=bool(params.region))
+        summary = _summary(by_event, params)
+        sections = {
+            "commands": frames.rows(by_event, SECTIONS["commands"].field_names, limit=MAX_ROWS),
+            "regions": frames.rows(
+                _ordered_regions(by_region, events),
+                SECTIONS["regions"].field_names,
+                limit=MAX_ROWS,
+            ),
+        }
+    finally:
+        by_region.unpersist()
+    sections["never_answered"] = _never_answered(deliveries, events)
+    return Result(summary=summary, sections=sections)
+
+
+def _tallies_by_region(deliveries: DataFrame, events: DataFrame) -> DataFrame:
+    """Counts per (event, region), and the delays of its ok acknowledgements (µs)."""
+    published = events.select(F.col("id").alias("event_id"), "published_at")
+    delays = F.when(
+        frames.is_state(frames.State.ACKED), frames.micros_between("published_at", "acked_at")
+    )
+    return (
+        deliveries.join(F.broadcast(published), "event_id")
+        .groupBy("event_id", "region")
+        .agg(*frames.state_counts(), F.collect_list(delays).alias("delays"))
+    )
+
+
+def _tallies_by_event(by_region: DataFrame, events: DataFrame, *, regional: bool) -> DataFrame:
+    """Every event of the window with its counts (0 for none), its times to 50/90/99 %;
+    for one region, only the events that reached it."""
+    totals = by_region.groupBy("event_id").agg(
+        *(F.sum(name).alias(name) for name in COUNT_NAMES),
+        F.flatten(F.collect_list("delays")).alias("delays"),
+    )
+    described = events.select(
+        F.col("id").alias("event_id"), "published_at", "sender", "kind", "action", "selector"
+    )
+    joined = described.join(totals, "event_id", "inner" if regional else "left")
+    joined = joined.fillna(0, subset=list(COUNT_NAMES))
+    return _with_times(joined).select(
+        F.col("event_id").alias("event"),
+        frames.iso("published_at").alias("published_at"),
+        "sender", "kind", "action", "selector", *COUNT_NAMES, *_time_names(),
+    ).orderBy("published_at", "event")  # fmt: skip
+
+
+def _ordered_regions(by_region: DataFrame, events: DataFrame) -> DataFrame:
+    published = events.select(F.col("id").alias("event_id"), "published_at")
+    return (
+        _with_times(by_region.join(F.broadcast(published), "event_id"))
+        .orderBy("published_at", "event_id", "region")
+        .select(F.col("event_id").alias("event"), "region", *COUNT_NAMES, *_time_names())
+    )
+
+
+def _with_times(tallies: DataFrame) -> DataFrame:
+    """t50_s, t90_s, t99_s: seconds from publishing to the acknowledgement that brought
+    acknowledged-ok to that share of those targeted (null if it never did)."""
+    sorted_delays = F.sort_array(F.coalesce(F.col("delays"), F.array()))
+    tallies = tallies.withColumn("delays", sorted_delays)
+    for percent in PERCENTS:
+        tallies = tallies.withColumn(f"t{percent}_s", _time_to(percent))
+    return tallies
+
+
+def _time_to(percent: int) -> Column:
+    # The k-th acknowledgement, k = ceil(percent% of targeted), in whole numbers.
+    k = F.expr(f"({percent} * targeted + 99) div 100")
+    reached = (k >= 1) & (F.size("delays") >= k)
+    return F.when(reached, frames.seconds(F.get(F.col("delays"), k - 1)))
+
+
+def _time_names() -> list[str]:
+    return [f"t{percent}_s" for percent in PERCENTS]
+
+
+def _never_answered(deliveries: DataFrame, events: DataFrame) -> list[dict]:
+    """The first MAX_ROWS receivers that never answered, by event then name."""
+    published = events.select(F.col("id").alias("event_id"), "published_at")
+    unanswered = deliveries.where(frames.is_state(*frames.NEVER_ANSWERED_STATES))
+    ordered = (
+        unanswered.join(F.broadcast(published), "event_id")
+        .orderBy("published_at", "event_id", "receiver")
+        .select(
+            F.col("event_id").alias("event"),
+            "receiver",
+            "region",
+            "state",
+            frames.iso("delivered_at").alias("delivered_at"),
+        )
+    )
+    return frames.rows(ordered, SECTIONS["never_answered"].field_names, limit=MAX_ROWS)
+
+
+def _summary(by_event: DataFrame, params: Params) -> dict:
+    """Totals over every event of the window (the sections may be cut at MAX_ROWS)."""
+    totals = by_event.agg(
+        F.count(F.lit(1)).alias("events"), *(F.sum(name).alias(name) for name in COUNT_NAMES)
+    ).first()
+    summary = {name: int(totals[name] or 0) for name in ("events", *COUNT_NAMES)}
+    # Every receiver a resend would go to (broker.progress.UNANSWERED_STATES).
+    summary["never_answered"] = summary["no_answer"] + summary["expired"]
+    summary["rows_limit"] = MAX_ROWS
+    summary["region"] = params.region
+    return summary

@@ -1,0 +1,243 @@
+"""The incident timeline: events by kind, sender and channel over time, with what they
+delivered; sends, policy and trust changes marked on the same time axis.
+
+Time is cut in buckets sized from the window (one minute to one day, at most
+MAX_BUCKETS of them), aligned on multiples of the bucket since the epoch (whole
+minutes, hours, days in UTC). An event's deliveries count in its publishing bucket.
+For one region, only the events that reached its receivers count, with their
+deliveries there; markers about a client count if the client is in the region, others
+(sends, bulk changes, authorities) always.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from reports.jobs import frames
+from reports.results import Field, Params, Result, Section
+from reports.spark import Dataset
+
+BUCKETS_S = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+MAX_BUCKETS = 200
+MAX_ROWS = 10_000  # per section; the summary says how many there were
+# Changes marked on the timeline, by the audit action that records them.
+MARKER_TYPES = {
+    "event.send": "send",
+    "policy.set": "policy",
+    "attributes.attest": "trust",
+    "attributes.renew": "trust",
+    "attributes.revoke": "trust",
+    "grant.create": "trust",
+    "grant.revoke": "trust",
+    "authority.create": "trust",
+    "authority.set_capabilities": "trust",
+    "authority.set_active": "trust",
+    "authority.rotate_key": "trust",
+}
+CLIENT_TARGET = "client:"
+
+SECTIONS = {
+    "series": Section(
+        "Events over time",
+        (
+            Field("bucket", "From", "time"),
+            Field("kind", "Kind"),
+            Field("sender", "Sender"),
+            Field("channel", "Channel"),
+            Field("events", "Events", "int"),
+            Field("deliveries", "Deliveries", "int"),
+        ),
+    ),
+    "markers": Section(
+        "Sends, policy and trust changes",
+        (
+            Field("at", "At", "time"),
+            Field("type", "Type"),
+            Field("action", "Action"),
+            Field("actor", "By"),
+            Field("target", "Target"),
+            Field("what", "What"),
+        ),
+    ),
+    "changes": Section(
+        "Policy versions and attested values over time",
+        (
+            Field("bucket", "From", "time"),
+            Field("policy_versions", "Policy versions", "int"),
+            Field("attestations", "Values attested or renewed", "int"),
+            Field("revocations", "Values revoked", "int"),
+        ),
+    ),
+    "senders": Section(
+        "Senders",
+        (
+            Field("sender", "Sender"),
+            Field("events", "Events", "int"),
+            Field("deliveries", "Deliveries", "int"),
+            Field("first", "First", "time"),
+            Field("last", "Last", "time"),
+        ),
+    ),
+}
+
+
+def bucket_seconds(params: Params) -> int:
+    """The smallest bucket that cuts the window in at most MAX_BUCKETS (one day at most)."""
+    span = (params.window_end - params.window_start).total_seconds()
+    return next((size for size in BUCKETS_S if span <= size * MAX_BUCKETS), BUCKETS_S[-1])
+
+
+def run(data: Dataset, params: Params) -> Result:
+    """The timeline of the events published in the window, and its changes."""
+    bucket = bucket_seconds(params)
+    events = _events_with_deliveries(data, params).cache()
+    try:
+        series = _series(events, bucket)
+        senders = _senders(events)
+        totals = events.agg(
+            F.count(F.lit(1)).alias("events"), F.sum("deliveries").alias("deliveries")
+        ).first()
+        sections = {
+            "series": frames.rows(series, SECTIONS["series"].field_names, limit=MAX_ROWS),
+            "senders": frames.rows(senders, SECTIONS["senders"].field_names, limit=MAX_ROWS),
+        }
+    finally:
+        events.unpersist()
+    markers = _markers(data, params)
+    sections["markers"] = frames.rows(markers, SECTIONS["markers"].field_names, limit=MAX_ROWS)
+    changes = _changes(data, params, bucket)
+    sections["changes"] = frames.rows(changes, SECTIONS["changes"].field_names, limit=MAX_ROWS)
+    summary = {
+        "bucket_s": bucket,
+        "events": int(totals["events"]),
+        "deliveries": int(totals["deliveries"] or 0),
+        "markers": markers.count(),
+        "rows_limit": MAX_ROWS,
+        "region": params.region,
+    }
+    return Result(summary=summary, sections=sections)
+
+
+def _events_with_deliveries(data: Dataset, params: Params) -> DataFrame:
+    """The window's events, each with how many deliveries it has (to the region's
+    receivers, and then only the events that have some)."""
+    events = frames.window_events(data, params)
+    counts = (
+        frames.window_deliveries(data, params, events)
+        .groupBy("event_id")
+        .agg(F.count(F.lit(1)).alias("deliveries"))
+    )
+    described = events.select(
+        F.col("id").alias("event_id"), "published_at", "kind", "sender", "channel"
+    )
+    joined = described.join(counts, "event_id", "inner" if params.region else "left")
+    return joined.fillna(0, subset=["deliveries"])
+
+
+def _bucket(column: str, seconds: int) -> Column:
+    epoch = F.unix_seconds(F.col(column))
+    return F.timestamp_seconds(epoch - F.pmod(epoch, F.lit(seconds)))
+
+
+def _series(events: DataFrame, bucket: int) -> DataFrame:
+    return (
+        events.withColumn("bucket", _bucket("published_at", bucket))
+        .groupBy("bucket", "kind", "sender", "channel")
+        .agg(F.count(F.lit(1)).alias("events"), F.sum("deliveries").alias("deliveries"))
+        .orderBy("bucket", "kind", "sender", "channel")
+        .withColumn("bucket", frames.iso("bucket"))
+    )
+
+
+def _senders(events: DataFrame) -> DataFrame:
+    return (
+        events.groupBy("sender")
+        .agg(
+            F.count(F.lit(1)).alias("events"),
+            F.sum("deliveries").alias("deliveries"),
+            F.min("published_at").alias("first"),
+            F.max("published_at").alias("last"),
+        )
+        .orderBy(F.desc("deliveries"), F.desc("events"), "sender")
+        .withColumn("first", frames.iso("first"))
+        .withColumn("last", frames.iso("last"))
+    )
+
+
+def _markers(data: Dataset, params: Params) -> DataFrame:
+    """The window's changes that mark the timeline (MARKER_TYPES), in time order."""
+    at = F.col("at")
+    entries = data.table("audit").where(
+        (at >= F.lit(params.window_start))
+        & (at < F.lit(params.window_end))
+        & (F.col("outcome") == "done")
+        & F.col("action").isin(*MARKER_TYPES)
+    )
+    if params.region:
+        entries = _about_the_region(entries, data, params)
+    types = F.create_map(*[F.lit(x) for pair in MARKER_TYPES.items() for x in pair])
+    return (
+        entries.withColumn("type", types[F.col("action")])
+        .withColumn("what", _what())
+        .orderBy("at", "id")
+        .withColumn("at", frames.iso("at"))
+    )
+
+
+def _about_the_region(entries: DataFrame, data: Dataset, params: Params) -> DataFrame:
+    """Entries about a client of the region, and those not about one client."""
+    names = frames.receivers(data, params).select(F.col("receiver").alias("_client"))
+    client = F.substring_index(F.col("target"), CLIENT_TARGET, -1)
+    with_client = entries.withColumn("_client", client).join(
+        F.broadcast(names), "_client", "left_semi"
+    )
+    others = entries.where(~F.col("target").startswith(CLIENT_TARGET))
+    return with_client.drop("_client").unionByName(others)
+
+
+def _what() -> Column:
+    """The gist of a marker, from its audit details."""
+    action = F.col("action")
+
+    def detail(path: str) -> Column:
+        return F.get_json_object("details", f"$.{path}")
+
+    sent = F.concat_ws(" ", F.lit("as"), detail("as"), F.lit("to"), detail("accepting"))
+    return (
+        F.when(action == "event.send", F.concat(sent, F.lit(" accepting")))
+        .when(action == "policy.set", F.concat(F.lit("version "), detail("version")))
+        .when(action == "attributes.attest", F.concat(F.lit("attested "), detail("values")))
+        .when(action == "attributes.revoke", F.concat(F.lit("revoked "), detail("names")))
+        .when(action.startswith("grant."), F.concat(F.lit("authority "), detail("authority")))
+        .otherwise(F.lit(None))
+        .alias("what")
+    )
+
+
+def _changes(data: Dataset, params: Params, bucket: int) -> DataFrame:
+    """Per bucket: policy versions saved, values attested or renewed, values revoked."""
+    clients = frames.receivers(data, params).select(F.col("receiver_id").alias("client_id"))
+    policies = data.table("policy_versions").select(
+        F.col("created_at").alias("at"), "client_id", F.lit("policy").alias("change")
+    )
+    history = data.table("attribute_history")
+    attested = (F.col("source") == "authority") & F.col("kind").isin("set", "renewed")
+    values = history.where(attested | (F.col("kind") == "revoked")).select(
+        "at", "client_id", F.when(attested, "attested").otherwise("revoked").alias("change")
+    )
+    changes = policies.unionByName(values).where(
+        (F.col("at") >= F.lit(params.window_start)) & (F.col("at") < F.lit(params.window_end))
+    )
+    if params.region:
+        changes = changes.join(F.broadcast(clients), "client_id", "left_semi")
+    return (
+        changes.groupBy(_bucket("at", bucket).alias("bucket"))
+        .agg(
+            frames.count_where(F.col("change") == "policy").alias("policy_versions"),
+            frames.count_where(F.col("change") == "attested").alias("attestations"),
+            frames.count_where(F.col("change") == "revoked").alias("revocations"),
+        )
+        .orderBy("bucket")
+        .withColumn("bucket", frames.iso("bucket"))
+    )

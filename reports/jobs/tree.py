@@ -1,0 +1,245 @@
+"""Tree efficiency: per dispatcher and per level of the tree, the events routed, the
+forwards and the wasted ones, the deliveries, the summaries' sizes and coagulation loss,
+and how long a hop takes.
+
+Traffic is read from the hops (one row per event per dispatcher it passed, written by
+the dispatcher once it had processed the event) whose time is in the window, with the
+console's tree page's definitions (broker.tree_metrics): `routed` counts the hops,
+`forwards` the children they were sent down to, `wasted` the events that came down into
+the dispatcher and went nowhere, `deliveries` the deliveries made (at leaves); a
+dispatcher is flagged when its wasted forwards are many (tree_metrics.is_wasteful).
+
+Hop latency, in milliseconds, of a hop at dispatcher D:
+- a hop down into D: from the latest hop of the same event at D's parent no later than
+  it (the parent's step that sent it down; for an event resent to a child whose summary
+  grew, that is the parent's first step, so the wait for the growth is included);
+- a hop up into D: from the latest hop up of the same event at one of D's children no
+  later than it.
+A hop's time is when its dispatcher had processed the event, so the latency is the wait
+in D's inbox plus D's processing (at a leaf, delivery included). The event's first hop
+(up, at its sender's leaf) has no hop before it and is not measured, nor is a hop whose
+predecessor lies before the window. p50 and p95 are nearest-rank percentiles (Spark's
+percentile_approx, exact up to LATENCY_ACCURACY hops per group).
+
+Summary sizes and loss are the dispatchers' stored summaries as exported (a snapshot,
+whatever the window). A level's loss pools its coagulated summaries' samples.
+
+Region: with `params.region`, only the hops of events sent by that region's clients
+(the sender is the one client a hop involves); summary figures are the dispatchers'
+own, whatever the region.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from broker.tree_metrics import coagulation_loss, is_coagulated, is_wasteful
+from reports.results import Field, Params, Result, Section
+from reports.spark import Dataset
+
+MAX_DISPATCHERS = 1000  # rows of the dispatchers section; a tree has far fewer
+LATENCY_ACCURACY = 10_000  # percentile_approx: exact for groups up to this many hops
+
+TRAFFIC_FIELDS = (
+    Field("routed", "Events routed", "int"),
+    Field("entered", "Events entering here (sent by its clients)", "int"),
+    Field("forwards", "Forwards", "int"),
+    Field("wasted", "Wasted forwards", "int"),
+    Field("wasted_share", "Wasted share of routed", "percent"),
+    Field("deliveries", "Deliveries", "int"),
+    Field("latency_hops", "Hops measured", "int"),
+    Field("latency_p50_ms", "Hop latency p50 (ms)", "float"),
+    Field("latency_p95_ms", "Hop latency p95 (ms)", "float"),
+)
+SUMMARY_FIELDS = (
+    Field("filters", "Summary filters", "int"),
+    Field("constraints", "Summary constraints", "int"),
+    Field("exact_filters", "Exact filters before coagulation", "int"),
+    Field("summary_bytes", "Summary bytes", "int"),
+    Field("loss_sampled", "Loss: events sampled", "int"),
+    Field("loss_extra", "Loss: events accepted only by coagulation", "int"),
+    Field("loss", "Coagulation loss", "percent"),
+)
+SECTIONS: dict[str, Section] = {
+    "dispatchers": Section(
+        "Per dispatcher",
+        (
+            Field("dispatcher", "Dispatcher"),
+            Field("depth", "Level", "int"),
+            Field("is_leaf", "Leaf"),
+            Field("flagged", "Many wasted forwards"),
+            *TRAFFIC_FIELDS,
+            *SUMMARY_FIELDS,
+        ),
+    ),
+    "levels": Section(
+        "Per level",
+        (
+            Field("depth", "Level", "int"),
+            Field("dispatchers", "Dispatchers", "int"),
+            *TRAFFIC_FIELDS,
+            *SUMMARY_FIELDS,
+        ),
+    ),
+}
+SUMMED = ("routed", "entered", "forwards", "wasted", "deliveries", "latency_hops")
+SUMMARY_SUMS = ("filters", "constraints", "exact_filters", "summary_bytes")
+
+
+def run(data: Dataset, params: Params) -> Result:
+    """The tree's efficiency over the window (see the module's docstring)."""
+    traffic = _traffic(_measured_hops(_window_hops(data, params)))
+    by_dispatcher = {row["dispatcher_id"]: row for row in traffic if row["grouping"] == 0}
+    by_level = {row["depth"]: row for row in traffic if row["grouping"] == 1}
+    total = next((row for row in traffic if row["grouping"] == 3), {})
+    dispatchers = _dispatcher_rows(data, by_dispatcher)
+    levels = _level_rows(dispatchers, by_level)
+    return Result(
+        summary=_summary(dispatchers, total),
+        sections={"dispatchers": dispatchers, "levels": levels},
+    )
+
+
+def _window_hops(data: Dataset, params: Params) -> DataFrame:
+    """Hops in the window, with their dispatcher's parent and depth."""
+    at = F.col("at")
+    hops = data.table("hops").where(
+        (at >= F.lit(params.window_start)) & (at < F.lit(params.window_end))
+    )
+    if params.region:
+        hops = hops.join(_region_events(data, params.region), "event_id", "left_semi")
+    tree = data.table("dispatchers").select(
+        F.col("id").alias("dispatcher_id"), "parent_id", "depth"
+    )
+    return hops.join(F.broadcast(tree), "dispatcher_id").select(
+        "event_id", "dispatcher_id", "parent_id", "depth", "direction", "at",
+        "forwarded", "delivered", "wasted",
+    )  # fmt: skip
+
+
+def _region_events(data: Dataset, region: str) -> DataFrame:
+    senders = (
+        data.table("clients")
+        .where(F.col("region") == region)
+        .select(F.col("id").alias("sender_id"))
+    )
+    events = data.table("events").join(F.broadcast(senders), "sender_id", "left_semi")
+    return events.select(F.col("id").alias("event_id"))
+
+
+# For one hop `x` among its event's hops `hops`: the time of the hop before it.
+PREVIOUS_AT = """
+CASE WHEN x.direction = 'down' THEN
+    array_max(transform(
+        filter(hops, y -> y.dispatcher_id = x.parent_id AND y.at <= x.at), y -> y.at))
+ELSE
+    array_max(transform(
+        filter(hops, y -> y.direction = 'up' AND y.parent_id = x.dispatcher_id
+                          AND y.at <= x.at), y -> y.at))
+END
+"""
+
+
+def _measured_hops(hops: DataFrame) -> DataFrame:
+    """Each hop with `latency_ms` (null when not measured) and `entered` (1 for an
+    event's first hop: up, with no hop below it), its event's hops side by side."""
+    columns = hops.columns
+    per_event = hops.groupBy("event_id").agg(
+        F.collect_list(F.struct(*[c for c in columns if c != "event_id"])).alias("hops")
+    )
+    fields = ", ".join(f"'{c}', x.{c}" for c in columns if c != "event_id")
+    measured = F.expr(f"transform(hops, x -> named_struct({fields}, 'previous_at', {PREVIOUS_AT}))")
+    hop = per_event.select(F.explode(measured).alias("hop")).select("hop.*")
+    latency_us = F.unix_micros(F.col("at")) - F.unix_micros(F.col("previous_at"))
+    first = (F.col("direction") == "up") & F.col("previous_at").isNull()
+    return hop.withColumns(
+        {"latency_ms": latency_us / F.lit(1000.0), "entered": first.cast("long")}
+    )
+
+
+def _traffic(hops: DataFrame) -> list[dict]:
+    """Traffic per dispatcher (grouping 0), per level (1) and overall (3), in one pass:
+    a dispatcher has one depth, so the rollup's groups are exactly these."""
+    percentiles = F.percentile_approx(
+        "latency_ms", F.array(F.lit(0.5), F.lit(0.95)), LATENCY_ACCURACY
+    )
+    aggregated = hops.rollup("depth", "dispatcher_id").agg(
+        F.grouping_id().alias("grouping"),
+        F.count(F.lit(1)).alias("routed"),
+        *[F.sum(c).cast("long").alias(c) for c in ("entered", "wasted", "delivered")],
+        F.sum("forwarded").cast("long").alias("forwards"),
+        F.count("latency_ms").alias("latency_hops"),
+        percentiles.alias("latency"),
+    )
+    return [row.asDict() for row in aggregated.collect()]
+
+
+def _dispatcher_rows(data: Dataset, traffic: dict[int, dict]) -> list[dict]:
+    """Every dispatcher (with or without traffic), root first, by level and name."""
+    tree = data.table("dispatchers").orderBy("depth", "name").limit(MAX_DISPATCHERS)
+    return [_dispatcher_row(d.asDict(), traffic.get(d["id"], {})) for d in tree.collect()]
+
+
+def _dispatcher_row(dispatcher: dict, traffic: dict) -> dict:
+    row = {
+        "dispatcher": dispatcher["name"],
+        "depth": dispatcher["depth"],
+        "is_leaf": dispatcher["is_leaf"],
+        **_traffic_figures(traffic),
+        **{name: dispatcher[name] for name in (*SUMMARY_SUMS, "loss_sampled", "loss_extra")},
+    }
+    row["loss_sampled"] = row["loss_sampled"] or 0
+    row["loss_extra"] = row["loss_extra"] or 0
+    row["loss"] = coagulation_loss(
+        row["filters"], row["exact_filters"], row["loss_sampled"], row["loss_extra"]
+    )
+    row["flagged"] = is_wasteful(row["wasted"], row["routed"])
+    return row
+
+
+def _traffic_figures(traffic: dict) -> dict:
+    figures = {name: traffic.get(name) or 0 for name in SUMMED if name != "deliveries"}
+    figures["deliveries"] = traffic.get("delivered") or 0
+    routed = figures["routed"]
+    figures["wasted_share"] = figures["wasted"] / routed if routed else None
+    p50, p95 = traffic.get("latency") or (None, None)
+    figures["latency_p50_ms"], figures["latency_p95_ms"] = p50, p95
+    return figures
+
+
+def _level_rows(dispatchers: list[dict], traffic: dict[int, dict]) -> list[dict]:
+    depths = sorted({row["depth"] for row in dispatchers})
+    return [_level_row(depth, dispatchers, traffic.get(depth, {})) for depth in depths]
+
+
+def _level_row(depth: int, dispatchers: list[dict], traffic: dict) -> dict:
+    here = [row for row in dispatchers if row["depth"] == depth]
+    sizes = {name: sum(row[name] or 0 for row in here) for name in SUMMARY_SUMS}
+    return {
+        "depth": depth,
+        "dispatchers": len(here),
+        **_traffic_figures(traffic),
+        **sizes,
+        **_pooled_loss(here),
+    }
+
+
+def _pooled_loss(dispatchers: list[dict]) -> dict:
+    """A level's loss: its coagulated summaries' extra events over their samples (0
+    when none was coagulated, None when they were but nothing was sampled)."""
+    coagulated = [d for d in dispatchers if is_coagulated(d["filters"], d["exact_filters"])]
+    sampled = sum(d["loss_sampled"] for d in coagulated)
+    extra = sum(d["loss_extra"] for d in coagulated)
+    loss = (extra / sampled if sampled else None) if coagulated else 0.0
+    return {"loss_sampled": sampled, "loss_extra": extra, "loss": loss}
+
+
+def _summary(dispatchers: list[dict], total: dict) -> dict:
+    figures = _traffic_figures(total)
+    return {
+        "dispatchers": len(dispatchers),
+        "events": figures.pop("entered"),
+        **figures,
+        "flagged": sum(row["flagged"] for row in dispatchers),
+    }

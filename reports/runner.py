@@ -1,0 +1,103 @@
+"""Running one report, start to end, in the reports worker: export what changed, find
+the warm Spark session, run the job while its progress is written, store the result.
+
+Progress is kept in memory by the job's threads and written by one heartbeat thread
+every second, so that a long COPY or a long Spark stage still shows the run alive.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+
+from django.db import connections
+
+from reports import services, spark
+from reports.compaction import compact_dataset
+from reports.export import dataset_root, export_changes
+from reports.jobs import job
+
+logger = logging.getLogger(__name__)
+HEARTBEAT_S = 1.0
+
+# How much of the bar each step fills: the export, Spark's start, the job, the storing.
+EXPORT_PART = (0.0, 0.2)
+STARTUP_PART = (0.2, 0.3)
+JOB_PART = (0.3, 0.95)
+
+
+def run_report(run_id: int) -> None:
+    """Run the report `run_id` unless it is finished or running elsewhere. Its error,
+    if any, is stored with it (never raised: the task has nothing to retry)."""
+    run = services.claim_run(run_id)
+    if run is None:
+        return
+    with Heartbeat(run_id) as beat:
+        try:
+            _run(run, beat)
+        except Exception as error:
+            logger.exception("report %s failed", run_id)
+            services.fail_run(run_id=run_id, error=describe_error(error))
+
+
+def _run(run, beat: Heartbeat) -> None:
+    timings: dict[str, float] = {}
+    export = export_changes(progress=beat.within(*EXPORT_PART))
+    timings["export"] = export.seconds
+    beat.set("starting Spark" if not spark.is_warm() else "Spark is warm", STARTUP_PART[0])
+    timings["startup"] = spark.warm_up()
+    beat.set("compacting the dataset", STARTUP_PART[1])
+    compact_dataset(spark.session(), dataset_root())
+    data = spark.Dataset(spark.session(), dataset_root())
+    started = time.monotonic()
+    with spark.ProgressWatcher(data.spark, beat.within(*JOB_PART)):
+        result = job(run.kind).run(data, services.params_of(run))
+    timings["job"] = time.monotonic() - started
+    beat.set("storing the results", JOB_PART[1])
+    services.store_result(run_id=run.pk, result=result, data_as_of=export.at, timings=timings)
+
+
+def describe_error(error: BaseException) -> str:
+    """The error for the page: what it is first, then where (the innermost frames)."""
+    first_line = f"{type(error).__name__}: {error}".strip()
+    frames = traceback.format_exception(error)[-6:]
+    return first_line + "\n\n" + "".join(frames)
+
+
+class Heartbeat:
+    """Holds a run's latest stage and fraction, and writes them (with the heartbeat)
+    every HEARTBEAT_S from its own thread and database connection."""
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+        self.stage, self.fraction = "starting", 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True, name="report-heartbeat")
+
+    def set(self, stage: str, fraction: float) -> None:
+        self.stage, self.fraction = stage, fraction
+
+    def within(self, low: float, high: float):
+        """A progress callback whose 0..1 fills [low, high] of the whole bar."""
+        return lambda stage, fraction: self.set(stage, low + (high - low) * fraction)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _beat(self) -> None:
+        try:
+            while not self._stop.wait(HEARTBEAT_S):
+                services.record_progress(
+                    run_id=self.run_id, stage=self.stage, fraction=self.fraction
+                )
+        except Exception:
+            logger.exception("the heartbeat of report %s stopped", self.run_id)
+        finally:
+            connections.close_all()  # this thread's own connections

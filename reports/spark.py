@@ -1,0 +1,166 @@
+"""One SparkSession per process, kept warm between reports, and the dataset as Spark
+DataFrames.
+
+Spark's start-up (a JVM, then the session) costs seconds; the reports worker pays it
+once, when it starts, and every report after that finds the session ready.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from django.conf import settings
+
+from reports.compaction import batches
+from reports.dataset import TABLES
+
+_session = None
+_session_lock = threading.Lock()
+
+
+def session():
+    """The process's SparkSession, started on first use (SPARK_MASTER, local[*] by
+    default)."""
+    global _session
+    with _session_lock:
+        if _session is None:
+            _session = _build_session()
+        return _session
+
+
+def is_warm() -> bool:
+    """Whether this process's session is already started."""
+    return _session is not None
+
+
+def warm_up() -> float:
+    """Start the session now (a worker does it as it starts); return the seconds it took,
+    0 if it was already running."""
+    if is_warm():
+        return 0.0
+    started = time.monotonic()
+    session()
+    return time.monotonic() - started
+
+
+def _build_session():
+    from pyspark.sql import SparkSession
+
+    # py4j says INFO when its connections close, even at interpreter exit, after the
+    # log's streams are closed (a "Logging error" on every exit).
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+    builder = (
+        SparkSession.builder.master(settings.SPARK_MASTER)
+        .appName("selective-notification-reports")
+        .config("spark.driver.memory", settings.SPARK_DRIVER_MEMORY)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(_shuffle_partitions()))
+        .config("spark.sql.adaptive.enabled", "true")
+    )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _shuffle_partitions() -> int:
+    # Spark's default of 200 shuffle partitions is made for clusters; on one machine a
+    # few per core do better. A cluster keeps Spark's own default.
+    if settings.SPARK_MASTER.startswith("local"):
+        return 8
+    return 200
+
+
+class Dataset:
+    """The dataset's tables as DataFrames: per id the latest row version only."""
+
+    def __init__(self, spark, root: Path) -> None:
+        self.spark = spark
+        self.root = Path(root)
+        self._frames: dict = {}
+
+    def table(self, name: str):
+        """The table `name` (see reports.dataset.TABLES), read once per Dataset."""
+        if name not in self._frames:
+            self._frames[name] = self._read(name)
+        return self._frames[name]
+
+    def _read(self, name: str):
+        table = TABLES[name]
+        folder = self.root / name
+        if not _has_parquet(folder):
+            return self.spark.createDataFrame([], _spark_schema(table))
+        frame = self.spark.read.schema(_spark_schema(table)).parquet(str(folder))
+        if table.incremental and len(batches(folder)) > 1:
+            frame = _latest_versions(frame)
+        return frame.select(*table.column_names)
+
+
+def _has_parquet(folder: Path) -> bool:
+    return folder.is_dir() and any(folder.rglob("*.parquet"))
+
+
+def _latest_versions(frame):
+    """A row changed after it was first exported is in several batches: keep the
+    version the latest transaction wrote."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    newest_first = Window.partitionBy("id").orderBy(F.col("txid").desc())
+    ranked = frame.withColumn("_rank", F.row_number().over(newest_first))
+    return ranked.where(F.col("_rank") == 1).drop("_rank")
+
+
+def _spark_schema(table):
+    from pyspark.sql import types as T
+
+    kinds = {
+        "string": T.StringType(),
+        "int64": T.LongType(),
+        "bool": T.BooleanType(),
+        "timestamp[us, tz=UTC]": T.TimestampType(),
+    }
+    return T.StructType(
+        [T.StructField(c.name, kinds[str(c.type)], nullable=True) for c in table.columns]
+    )
+
+
+class ProgressWatcher:
+    """While a job runs, report Spark's progress (finished tasks of the stages so far)
+    every `interval` seconds through `report(stage, fraction)`."""
+
+    def __init__(self, spark, report: Callable[[str, float], None], interval: float = 1.0):
+        self.tracker = spark.sparkContext.statusTracker()
+        self.report = report
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="report-progress")
+
+    def __enter__(self) -> ProgressWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            stage, fraction = self._snapshot()
+            self.report(stage, fraction)
+
+    def _snapshot(self) -> tuple[str, float]:
+        done = total = 0
+        for stage_id in self.tracker.getActiveStageIds():
+            info = self.tracker.getStageInfo(stage_id)
+            if info is not None:
+                done += info.numCompletedTasks
+                total += info.numTasks
+        if not total:
+            return "running Spark job", 0.0
+        return f"Spark: {done} of {total} tasks", done / total

@@ -1,0 +1,45 @@
+"""Fixtures of the reports' tests: a local SparkSession, and the worm incident played
+through the real service and exported to a dataset of the test's own."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.test import override_settings
+
+from reports import spark as reports_spark
+from tests.broker.tree_helpers import wait_until_idle
+from tests.reports.incident import Incident, play_incident
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The process's SparkSession (local), started once for the whole run."""
+    return reports_spark.session()
+
+
+@pytest.fixture
+def worm_incident(celery_worker, spark, settings, tmp_path) -> Incident:
+    """The incident (tests.reports.incident), exported to this test's own dataset
+    folder. Test modules using it need tests.reports.incident.INCIDENT_MARKS."""
+    root = tmp_path / "dataset"
+    settings.REPORTS_DATASET = root
+    return play_incident(spark=spark, root=root)
+
+
+@pytest.fixture(scope="module")
+def incident(django_db_setup, django_db_blocker, celery_worker, spark, tmp_path_factory):
+    """The incident played and exported once for a whole module whose tests only read
+    it (playing it takes seconds of real time: its status command must expire).
+
+    Its tests are plain `django_db` tests (tests.reports.incident.READING_MARKS): each
+    runs in a transaction that is rolled back, sees what was committed here and leaves
+    it as it was. The tables are emptied after the module, as after a transactional
+    test."""
+    root = tmp_path_factory.mktemp("incident") / "dataset"
+    with django_db_blocker.unblock(), override_settings(REPORTS_DATASET=root):
+        try:
+            yield play_incident(spark=spark, root=root)
+        finally:
+            wait_until_idle()
+            call_command("flush", interactive=False, verbosity=0, database="default")
