@@ -4,24 +4,36 @@
     python bench/match.py --quick              # 20k receivers, 200 events, 100k second run
     python bench/match.py --make-workload FILE --subs 1000 --events 1000
     python bench/match.py --workload FILE      # content-only subscriptions (JSON Lines)
+    python bench/match.py --workloads          # W1/W2 of ../shared/bench/ against BE-Tree
 
 The symmetric workload: receivers with a 6-attribute model (software, version,
 cgi, load, region, organization), 1,000 distinct policies of 2 OR-branches with
 3 constraints each, 20 senders, events with 2-4 constraint selectors hitting
 1-30% of receivers. The 1M figure runs in a fresh subprocess so that its
 resident memory is not polluted by the first run.
+
+``--workloads`` generates the four files of ../shared/bench/ (W1 dense at 1k, 10k
+and 100k subscriptions, W2 sparse at 10k) into var/bench/ if missing and prints one
+table: our median per event, the brute force's, BE-Tree's fixed figure from that
+README, our ratio to it and the match totals against the README's.
+
+The brute force everywhere is a plain loop over compiled constraints (each
+filter of the DNF as ``(scope, name, test)`` triples), not ``Policy.accepts``
+per receiver, so the printed ratio is honest; its results are asserted equal.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psutil
 
 from policies import Matcher, Policy, Selector, parse_policy, parse_selector
+from policies.expressions import Constraint
+from policies.types import compile_test
 
 SOFTWARE = [("IIS", 0.5), ("Apache", 0.3), ("nginx", 0.2)]
 VERSIONS = ["2.2", "2.4", "2.4.1", "2.4.7", "2.10", "3.0", "3.1"]
@@ -190,14 +204,21 @@ def time_matcher(matcher: Matcher, events: list[tuple]) -> tuple[list[float], li
 
 
 def time_brute_force(receivers: list[tuple[dict, Policy]], events: list[tuple]):
-    """Per-event durations and results of the obvious loop over every receiver."""
+    """Per-event durations and results of a plain loop over every receiver's compiled
+    policy and the event's compiled selector."""
+    compiled: dict[Policy, CompiledRule] = {}
+    rules = [
+        ({"receiver": attributes}, compiled.setdefault(policy, compile_rule(policy)))
+        for attributes, policy in receivers
+    ]
     durations, results = [], []
     for sender, content, selector in events:
         started = time.perf_counter()
+        wanted, scopes = compile_rule(selector), {"sender": sender, "event": content}
         found = {
             receiver_id
-            for receiver_id, (attributes, policy) in enumerate(receivers)
-            if selector.selects(attributes) and policy.accepts(sender, content)
+            for receiver_id, (receiver, policy) in enumerate(rules)
+            if holds(wanted, receiver) and holds(policy, scopes)
         }
         durations.append(time.perf_counter() - started)
         results.append(found)
@@ -286,9 +307,88 @@ def run_child(receivers: int, events: int, seed: int) -> dict:
 
 
 # ---------------------------------------------------------------------------
-# Content-only workload (JSON Lines), for comparison with other engines
+# Brute force: a plain loop over compiled constraints, so that the ratio is honest
+
+# (scope, name, test of a present value, negated, truth on a missing value)
+CompiledConstraint = tuple[str, str, Callable[[Any], bool], bool, bool]
+CompiledRule = tuple[tuple[CompiledConstraint, ...], ...]
+_PRESENCE_TESTS = {"exists": lambda value: True, "not exists": lambda value: False}
+
+
+def compile_rule(rule: Policy | Selector) -> CompiledRule:
+    """The rule's filters (its DNF) as tuples of compiled constraints."""
+    return tuple(tuple(_compile(c) for c in f.sorted_constraints()) for f in rule.filters())
+
+
+def _compile(c: Constraint) -> CompiledConstraint:
+    test = _PRESENCE_TESTS.get(c.op) or compile_test(c.op, c.value)
+    return (c.scope, c.name, test, c.negated, c.holds_on(None))
+
+
+def holds(rule: CompiledRule, scopes: dict[str, dict[str, Any]]) -> bool:
+    """Does one filter of a compiled rule hold on these scopes?"""
+    for conjunction in rule:
+        for scope, name, test, negated, on_missing in conjunction:
+            value = scopes[scope].get(name)
+            if (not on_missing) if value is None else (test(value) == negated):
+                break
+        else:
+            return True
+    return False
+
+
+def brute_force_subscribers(
+    compiled: list[tuple[Any, CompiledRule]], sender: dict | None, content: dict | None
+) -> set:
+    """Ids of the subscriptions whose compiled policy accepts, by testing every one."""
+    scopes = {"sender": sender or {}, "event": content or {}}
+    return {sub_id for sub_id, rule in compiled if holds(rule, scopes)}
+
+
+# ---------------------------------------------------------------------------
+# Content-only workloads (JSON Lines), for comparison with other engines
 
 WORKLOAD_ATTRIBUTES = [f"a{i}" for i in range(20)]
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_BENCH = ROOT.parent / "shared" / "bench"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A workload of ../shared/bench/ with BE-Tree's figure and total on it (its README)."""
+
+    label: str
+    gen_arguments: tuple[int, int, int, int, int]  # SUBS EVENTS ATTRS VALUES ATTRS_PER_EVENT
+    be_tree_us: float
+    matches: int
+    goal: str  # what we aim for against BE-Tree
+
+    @property
+    def file_name(self) -> str:
+        """Name of its JSON Lines file."""
+        return self.label.lower().replace(" ", "-") + ".jsonl"
+
+
+WORKLOADS = [
+    Workload("W1 1k", (1_000, 1000, 20, 100, 5), 7.8, 23_217, "within 1.5x"),
+    Workload("W1 10k", (10_000, 1000, 20, 100, 5), 105, 222_270, "within 1.5x"),
+    Workload("W1 100k", (100_000, 1000, 20, 100, 5), 6_245, 2_239_322, "faster"),
+    Workload("W2 10k", (10_000, 1000, 100, 100, 5), 110, 42_207, "within 1.5x"),
+]
+
+
+def ensure_workload(workload: Workload, directory: Path, generator: Path) -> Path:
+    """The workload's JSON Lines file, generated with ../shared/bench/ if missing."""
+    target = directory / workload.file_name
+    if target.exists():
+        return target
+    directory.mkdir(parents=True, exist_ok=True)
+    text = target.with_suffix(".txt")
+    arguments = [str(value) for value in workload.gen_arguments]
+    subprocess.run([sys.executable, generator / "gen.py", *arguments, text], check=True)
+    subprocess.run([sys.executable, generator / "to_jsonl.py", text, target], check=True)
+    text.unlink()
+    return target
 
 
 def make_workload(path: Path, subs: int, events: int, seed: int) -> None:
@@ -322,40 +422,88 @@ def read_workload(path: Path) -> tuple[list[tuple[str, Policy]], list[dict]]:
     return subscriptions, events
 
 
-def workload_run(path: Path, brute_events: int) -> None:
-    """Time content-only matching of a workload file and print the figures."""
+def workload_run(path: Path, brute_events: int) -> dict:
+    """Time content-only matching of a workload file against the brute force."""
     subscriptions, events = read_workload(path)
     matcher = Matcher()
     started = time.perf_counter()
     for sub_id, policy in subscriptions:
         matcher.add(sub_id, {}, policy)
-    matcher.match({}, events[0])
+    matcher.prepare()
     build = time.perf_counter() - started
-    durations, matches = [], 0
+    durations, found = [], []
     for content in events:
         begun = time.perf_counter()
-        matches += len(matcher.match({}, content))
+        found.append(matcher.match({}, content))
         durations.append(time.perf_counter() - begun)
+    compiled = [(sub_id, compile_rule(policy)) for sub_id, policy in subscriptions]
     brute = []
-    for content in events[:brute_events]:
+    for content, expected in zip(events[:brute_events], found, strict=False):
         begun = time.perf_counter()
-        expected = {s for s, policy in subscriptions if policy.accepts({}, content)}
+        by_brute_force = brute_force_subscribers(compiled, {}, content)
         brute.append(time.perf_counter() - begun)
-        assert expected == matcher.match({}, content), "Matcher and brute force disagree"
-    median, p99 = (1e6 * value for value in percentiles(durations))
-    brute_median, _ = (1e6 * value for value in percentiles(brute))
+        assert by_brute_force == expected, "Matcher and brute force disagree"
+    return {
+        "subscriptions": len(subscriptions),
+        "events": len(events),
+        "build_seconds": build,
+        "matcher_us": [1e6 * value for value in percentiles(durations)],
+        "brute_us": 1e6 * statistics.median(brute),
+        "brute_events": len(brute),
+        "matches": sum(map(len, found)),
+    }
+
+
+def brute_events_for(subscriptions: int) -> int:
+    """Events given to the brute force: about 3 million subscription tests."""
+    return max(20, min(300, 3_000_000 // max(1, subscriptions)))
+
+
+def run_workloads(chosen: list[tuple[Workload | None, Path]]) -> list[dict]:
+    """Run each workload file and print the table against BE-Tree."""
+    print(f"load average before: {_load()}")
     print(
-        f"== workload {path.name}: {len(subscriptions):,} subscriptions, {len(events)} events "
-        f"(build {build:.2f} s)"
+        f"{'workload':<9} {'subs':>8} {'ours us':>9} {'p99 us':>9} {'brute us':>10} "
+        f"{'BE-Tree us':>10} {'ours/BE':>8}  {'goal':<12} {'matches':>10} {'expected':>10}"
     )
+    rows = []
+    for workload, path in chosen:
+        lines = sum(1 for _ in path.open())
+        report = workload_run(path, brute_events_for(lines))
+        report["label"] = workload.label if workload else path.name
+        rows.append(report)
+        print(_table_row(report, workload), flush=True)
+    print(f"load average after: {_load()}")
     print(
-        f"   Matcher: median {median:.1f} us   p99 {p99:.1f} us per event; "
-        f"{matches} matches in total"
+        "ours: median and p99 wall time per event;\n"
+        "ours/BE: our median over BE-Tree's fixed figure (C, same files, "
+        "../shared/bench/README.md);\nbrute: median of a plain loop over compiled constraints "
+        "(its results asserted equal to ours)."
     )
-    print(
-        f"   brute force: median {brute_median:.1f} us per event "
-        f"(first {len(brute)} events, identical results); ratio {brute_median / median:.0f}x"
+    return rows
+
+
+def _table_row(report: dict, workload: Workload | None) -> str:
+    median, p99 = report["matcher_us"]
+    be_tree = f"{workload.be_tree_us:>10,.1f}" if workload else f"{'-':>10}"
+    ratio = f"{median / workload.be_tree_us:>7.2f}x" if workload else f"{'-':>8}"
+    expected = f"{workload.matches:>10,}" if workload else f"{'-':>10}"
+    if workload and report["matches"] != workload.matches:
+        expected += " MISMATCH"
+    return (
+        f"{report['label']:<9} {report['subscriptions']:>8,} {median:>9,.1f} {p99:>9,.1f} "
+        f"{report['brute_us']:>10,.1f} {be_tree} {ratio}  {workload.goal if workload else '':<12} "
+        f"{report['matches']:>10,} {expected}"
     )
+
+
+def _load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def known_workload(path: Path) -> Workload | None:
+    """The workload a file holds, recognised by its name."""
+    return next((w for w in WORKLOADS if w.file_name == path.name), None)
 
 
 # ---------------------------------------------------------------------------
@@ -371,7 +519,12 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--big-events", type=int, default=300)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--workload", type=Path)
+    parser.add_argument("--workload", type=Path, help="one JSON Lines workload file")
+    parser.add_argument(
+        "--workloads", action="store_true", help="W1 1k/10k/100k and W2 10k against BE-Tree"
+    )
+    parser.add_argument("--workload-dir", type=Path, default=ROOT / "var" / "bench")
+    parser.add_argument("--generator", type=Path, default=SHARED_BENCH, help="gen.py's folder")
     parser.add_argument("--make-workload", type=Path)
     parser.add_argument("--subs", type=int, default=1000)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -384,8 +537,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.make_workload:
         make_workload(args.make_workload, args.subs, args.events, args.seed)
         return
+    if args.workloads:
+        run_workloads(
+            [(w, ensure_workload(w, args.workload_dir, args.generator)) for w in WORKLOADS]
+        )
+        return
     if args.workload:
-        workload_run(args.workload, brute_events=min(args.brute_events * 10, 300))
+        run_workloads([(known_workload(args.workload), args.workload)])
         return
     if args.child:
         print(json.dumps(symmetric_run(args.receivers, args.events, 0, args.seed)))

@@ -32,14 +32,34 @@ def without(bits: int, removed: int) -> int:
 
 
 def members(bits: int) -> list[int]:
-    """Sorted members of a bitset."""
+    """Sorted members of a bitset, by the cheapest of three ways for its shape."""
     if not bits:
         return []
-    if bits.bit_length() > 4096 and bits.bit_count() * 256 < bits.bit_length():
+    width, count = bits.bit_length(), bits.bit_count()
+    # Costs in CPython 3.11 instructions (counted under valgrind), per bit of
+    # width and per member: peeling members off the top copies the int each
+    # time; scanning binary text costs per bit; visiting 64-bit words is between.
+    from_top = count * (1200 + width // 10)
+    by_words = 8 * width + 2300 * count
+    as_text = 45 * width + 600 * count
+    if from_top <= min(by_words, as_text):
+        return _members_from_top(bits)
+    if by_words < as_text:
         return _sparse_members(bits)
     # Reversed binary text puts bit i at index i; the regex scan runs in C.
     text = format(bits, "b")[::-1]
     return [match.start() for match in _ONE_BITS.finditer(text)]
+
+
+def _members_from_top(bits: int) -> list[int]:
+    """Members of a bitset with few members, taking the highest one at a time."""
+    found: list[int] = []
+    while bits:
+        top = bits.bit_length() - 1
+        found.append(top)
+        bits ^= 1 << top
+    found.reverse()
+    return found
 
 
 def _sparse_members(bits: int) -> list[int]:

@@ -11,10 +11,22 @@ index precomputes which filters *fail* for any value of that attribute:
   attribute): tested once per distinct constraint, then its filters are
   looked up as a bitset.
 
-An input's matching filters are "all minus the union of failures over all
+An input's matching filters are "all minus the union of failures over the
 indexed attributes": a handful of big-int operations per attribute instead
 of a loop over filters. This is the elimination twin of the classic
 counting algorithm; it also handles ranges with one bisection.
+
+Two refinements keep the per-event work proportional to the attributes the
+input *carries*, not to the attributes the filters mention:
+
+* an attribute's failures are a step function of its value: constant between
+  two consecutive literals of the attribute, and on each literal. When it fits
+  ``REGION_BUDGET`` bytes the index stores the failure set of every step
+  (``_Regions``), so a value costs one dict probe or one bisection;
+* an absent attribute only fails the filters that require it. The unions of
+  those sets over every run of consecutive attributes are answered by a sparse
+  table (OR is idempotent, so two overlapping power-of-two runs cover any run),
+  so the absent attributes between two carried ones cost two operations.
 """
 
 from __future__ import annotations
@@ -33,6 +45,8 @@ from policies.types import NO_VALUE as _NO_VALUE
 _LOWER = {">=": 0, ">": 1}  # flag orders ties: ">= t" is satisfied by t, "> t" is not
 _UPPER = {"<": 0, "<=": 1}  # "< t" fails on t, "<= t" does not
 CHECKPOINT_EVERY = 16
+REGION_BUDGET = 8 << 20  # bytes of step tables per attribute and value type
+_TYPE_DOMAINS = {int: NUMBER, float: NUMBER, str: TEXT, bool: BOOL}
 
 
 @dataclass
@@ -74,6 +88,22 @@ class _Thresholds:
 
 
 @dataclass
+class _Regions:
+    """The failures of one attribute for every value of one Python type, by step.
+
+    ``breakpoints`` are the attribute's literals in the type's domain, sorted;
+    ``on_point`` maps each of them to the failures of that exact value and
+    ``between[i]`` holds the failures of any value strictly between
+    ``breakpoints[i - 1]`` and ``breakpoints[i]``. Residual constraints are
+    not included: they are tested on the value itself.
+    """
+
+    breakpoints: list[Any]
+    on_point: dict[Any, int]
+    between: list[int]
+
+
+@dataclass
 class _AttributeIndex:
     """Everything the index knows about one ``(scope, name)``."""
 
@@ -85,9 +115,24 @@ class _AttributeIndex:
     upper: dict[str, _Thresholds] = field(default_factory=dict)
     residual: list[tuple[Constraint, int]] = field(default_factory=list)
     has_versions: bool = False
+    regions: dict[type, _Regions] = field(default_factory=dict)
+    number: int = 0
 
     def failures(self, value: Any) -> int:
         """Filters that fail because of this attribute's ``value`` (None = missing)."""
+        regions = self.regions.get(type(value))
+        if regions is None or value != value:  # no step table, or NaN
+            return self.computed_failures(value)
+        failed = regions.on_point.get(value)
+        if failed is None:
+            failed = regions.between[bisect_left(regions.breakpoints, value)]
+        for constraint, bits in self.residual:
+            if not constraint.holds_on(value):
+                failed |= bits
+        return failed
+
+    def computed_failures(self, value: Any) -> int:
+        """``failures`` worked out from the thresholds, without step tables."""
         if value is None:
             return self.requires_presence
         failed = self.forbids_presence
@@ -108,6 +153,65 @@ class _AttributeIndex:
         for key in _value_keys(value, self.has_versions):
             accepting |= self.equal.get(key, 0)
         return accepting
+
+    def build_regions(self, bitset_bytes: int) -> None:
+        """Precompute step tables for the value types whose tables fit the budget."""
+        for kind, domain in _TYPE_DOMAINS.items():
+            if kind is str and self._mentions_versions():
+                continue  # a string may also be a version: two domains at once
+            breakpoints = self._breakpoints(domain)
+            if any(point != point for point in breakpoints):
+                continue  # NaN cannot be ordered
+            if (2 * len(breakpoints) + 1) * bitset_bytes <= REGION_BUDGET:
+                self.regions[kind] = self._regions(domain, breakpoints)
+
+    def _mentions_versions(self) -> bool:
+        return self.has_versions or VERSION in self.lower or VERSION in self.upper
+
+    def _breakpoints(self, domain: str) -> list[Any]:
+        points = {value for (key_domain, value) in self.equal if key_domain == domain}
+        for tables in (self.lower, self.upper):
+            if domain in tables:
+                points.update(threshold for threshold, _ in tables[domain].entries)
+        if domain == BOOL:
+            points.update((False, True))
+        return sorted(points)
+
+    def _regions(self, domain: str, breakpoints: list[Any]) -> _Regions:
+        # Thresholds of another domain never hold on a value of this one.
+        always = self.forbids_presence
+        for tables in (self.lower, self.upper):
+            for other, table in tables.items():
+                if other != domain:
+                    always |= table.members
+        on_point = {
+            value: always | self._step_failures(domain, (value, 1), (domain, value))
+            for value in breakpoints
+        }
+        # A value between two breakpoints passes every threshold below the upper one.
+        between = [
+            always | self._step_failures(domain, (value, -1), None)
+            for value in [*breakpoints, None]
+        ]
+        return _Regions(breakpoints, on_point, between)
+
+    def _step_failures(self, domain: str, key: tuple[Any, int], equal_key: Any) -> int:
+        """Failures of a value ordered just before ``key`` (equal to it if ``equal_key``)."""
+        accepting = self.equal.get(equal_key, 0) if equal_key is not None else 0
+        failed = self.equal_members ^ accepting
+        lower, upper = self.lower.get(domain), self.upper.get(domain)
+        if lower is not None:
+            failed |= lower.members ^ lower.prefix(_count_before(lower, key))
+        if upper is not None:
+            failed |= upper.prefix(_count_before(upper, key))
+        return failed
+
+
+def _count_before(table: _Thresholds, key: tuple[Any, int]) -> int:
+    """Entries ordered before ``key``; all of them for a ``None`` value (beyond the last)."""
+    if key[0] is None:
+        return len(table.entries)
+    return bisect_left(table.entries, key)
 
 
 def _satisfied_count(table: _Thresholds, value: Any, domain: str) -> int:
@@ -152,14 +256,68 @@ class FilterIndex:
         for position, f in enumerate(filters):
             builder.add(position, f)
         self.attributes = builder.finish()
+        self._by_scope: dict[str, dict[str, _AttributeIndex]] = {}
+        for number, ((scope, name), index) in enumerate(self.attributes):
+            index.number = number
+            index.build_regions((self.size + 7) // 8)
+            self._by_scope.setdefault(scope, {})[name] = index
+        self._scopes = list(self._by_scope.items())
+        self._required = _RunUnions([index.requires_presence for _, index in self.attributes])
 
     def match(self, scopes: Scopes) -> int:
         """Bitset of positions of the filters that hold on ``scopes``."""
         failed = 0
-        for (scope, name), index in self.attributes:
+        present: list[int] = []
+        for scope, indexes in self._scopes:
             attributes = scopes.get(scope)
-            failed |= index.failures(attributes.get(name) if attributes else None)
+            if not attributes:
+                continue
+            for name, value in attributes.items():
+                index = indexes.get(name)
+                if index is None or value is None:
+                    continue
+                present.append(index.number)
+                # The common case inline (a call costs as much as the lookup):
+                regions = index.regions.get(type(value))
+                if regions is None or index.residual or value != value:
+                    failed |= index.failures(value)
+                    continue
+                step = regions.on_point.get(value)
+                if step is None:
+                    step = regions.between[bisect_left(regions.breakpoints, value)]
+                failed |= step
+        failed |= self._required.outside(present)
         return self.all ^ (self.all & failed)
+
+
+class _RunUnions:
+    """Unions of bitsets over runs ``[start, stop)`` of a list, two operations each.
+
+    A sparse table: ``levels[j][i]`` is the union of the ``2**j`` bitsets from
+    ``i``; since OR is idempotent, the two overlapping power-of-two runs that
+    start and end the run cover it exactly.
+    """
+
+    def __init__(self, bitsets: list[int]) -> None:
+        self.size = len(bitsets)
+        self.levels = [bitsets]
+        width = 1
+        while 2 * width <= self.size:
+            previous = self.levels[-1]
+            upper = self.size - 2 * width + 1
+            self.levels.append([previous[i] | previous[i + width] for i in range(upper)])
+            width *= 2
+
+    def outside(self, excluded: list[int]) -> int:
+        """Union of every bitset whose position is not in ``excluded`` (distinct positions)."""
+        union, start, levels = 0, 0, self.levels
+        for stop in [*sorted(excluded), self.size]:
+            if stop > start:  # the run [start, stop)
+                level = (stop - start).bit_length() - 1
+                row = levels[level]
+                union |= row[start] | row[stop - (1 << level)]
+            start = stop + 1
+        return union
 
 
 class _Builder:

@@ -21,10 +21,13 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import attrgetter, is_
 from typing import Any
 
 from policies.bitsets import (
     PendingBits,
+    from_slots,
     has_slot,
     members,
     membership_test_bytes,
@@ -38,23 +41,45 @@ from policies.parser import parse_policy, parse_selector
 from policies.receiver_index import AttributeIndex
 
 _ACCEPTANCE_CACHE = 1024
+# The cache is probed over CACHE_PROBE lookups; if fewer than one in CACHE_WORTH hits
+# (every event new, as in content-based workloads), the next CACHE_REST evaluations
+# skip it: building its key costs a tenth of a small evaluation.
+CACHE_PROBE, CACHE_WORTH, CACHE_REST = 256, 8, 4096
 FEW_RECEIVERS = 256  # accepted receivers walked one by one rather than as bitsets
 WALK_PER_GROUP = 4  # members worth walking per accepted group before bitsets win
 _FREE = object()
+_SHARED = object()  # in Matcher._solo: the position's group has not exactly one member
+_MEMBERS = attrgetter("members")
+_IDS = attrgetter("ids")
 
 
-@dataclass
+@dataclass(eq=False)
 class _Group:
-    """Receivers sharing one policy."""
+    """Receivers sharing one policy: their slots, their ids and their slots' bitset.
+
+    Equal by identity: the filter index maps positions to group objects, and a
+    group dropped after the index was built simply has no members left.
+    """
 
     policy: Policy
     filters: list[Filter]
     members: set[int] = field(default_factory=set)
+    ids: set[Hashable] = field(default_factory=set)
     bits: PendingBits = field(default_factory=PendingBits)
+    positions: list[int] = field(default_factory=list)  # of its filters in the index
 
     def accepts(self, scopes: Mapping[str, Any]) -> bool:
         """Direct evaluation, for groups not yet in the filter index."""
         return any(f.matches(scopes) for f in self.filters)
+
+
+@dataclass(slots=True)
+class _Accepted:
+    """What a policy evaluation found, as cached per (sender, content)."""
+
+    bits: int  # positions of accepting filters in the current index
+    extra: list[_Group]  # accepting groups not yet in the index
+    groups: list[_Group] | None = None  # every accepting group, worked out when needed
 
 
 class Matcher:
@@ -72,9 +97,14 @@ class Matcher:
         self._group_by_policy: dict[Policy, int] = {}
         self._next_group = 0
         self._index: FilterIndex | None = None
-        self._index_groups: list[int] = []
+        self._index_groups: list[_Group] = []
+        # Filter position -> its group's only receiver: most content subscriptions
+        # are alone with their policy, so their ids are found without visiting groups.
+        self._solo: list[Any] = []
+        self._shared = 0  # positions whose group has not exactly one receiver
         self._unindexed: set[int] = set()
-        self._acceptance: OrderedDict[Hashable, list[int]] = OrderedDict()
+        self._acceptance: OrderedDict[Hashable, _Accepted] = OrderedDict()
+        self._cache_lookups = self._cache_hits = self._cache_rest = 0
         self._selectors: dict[Selector, list[Filter]] = {}
 
     # ------------------------------------------------------------------ receivers
@@ -206,17 +236,34 @@ class Matcher:
 
     def _join_group(self, slot: int, group: int) -> None:
         self._group_of[slot] = group
-        self._groups[group].members.add(slot)
-        self._groups[group].bits.add(slot)
+        entry = self._groups[group]
+        entry.members.add(slot)
+        entry.ids.add(self._ids[slot])
+        entry.bits.add(slot)
+        if entry.positions and len(entry.ids) <= 2:
+            self._mark_solo(entry)
 
     def _leave_group(self, slot: int) -> None:
         group = self._group_of[slot]
         entry = self._groups[group]
         entry.members.discard(slot)
+        entry.ids.discard(self._ids[slot])
+        if entry.positions and len(entry.ids) <= 1:
+            self._mark_solo(entry)
         entry.bits.discard(slot)
         self._group_of[slot] = -1
         if not entry.members:
             self._drop_group(group)
+
+    def _mark_solo(self, entry: _Group) -> None:
+        """Record whether the group's filter positions lead to one receiver."""
+        positions, only = from_slots(entry.positions), _solo_receiver(entry)
+        if only is _SHARED:
+            self._shared |= positions
+        else:
+            self._shared = without(self._shared, positions)
+        for position in entry.positions:
+            self._solo[position] = only
 
     def _drop_group(self, group: int) -> None:
         entry = self._groups.pop(group)
@@ -243,76 +290,118 @@ class Matcher:
         selector: Selector | str | None = None,
     ) -> set[Hashable]:
         """Ids of receivers selected by ``selector`` whose policy accepts sender+content."""
-        groups = self._accepted_groups(sender or {}, content or {})
+        accepted = self._accepted(sender or {}, content or {})
+        if selector is None:
+            return self._every_accepting(accepted)
+        groups = self._groups_of(accepted)
         if not groups:
             return set()
-        candidates = None if selector is None else self._selected(selector)
+        candidates = self._selected(selector)
         if candidates == 0:
             return set()
-        ids = self._ids
-        return {ids[slot] for slot in self._receivers_of(groups, candidates)}
+        return self._receivers_of(groups, candidates)
+
+    def _every_accepting(self, accepted: _Accepted) -> set[Hashable]:
+        """Receivers whose policy accepts, when no selector narrows them."""
+        # Filters of one-receiver groups give their receiver directly; only the
+        # other groups are visited.
+        positions = members(accepted.bits)
+        found = set(map(self._solo.__getitem__, positions))
+        if _SHARED not in found and not accepted.extra:
+            return found
+        found.discard(_SHARED)
+        receivers = map(self._solo.__getitem__, positions)
+        shared = compress(positions, map(is_, receivers, repeat(_SHARED)))
+        groups = set(map(self._index_groups.__getitem__, shared))
+        groups.update(accepted.extra)
+        return found.union(self._receivers_of(list(groups), None))
 
     def selected(self, selector: Selector | str | None) -> set[Hashable]:
         """Ids of receivers the selector selects (policies not consulted)."""
         bits = self._live.bits if selector is None else self._selected(selector)
         return {self._ids[slot] for slot in members(bits)}
 
-    def _accepted_groups(self, sender: Mapping[str, Any], content: Mapping[str, Any]) -> list[int]:
+    def _accepted(self, sender: Mapping[str, Any], content: Mapping[str, Any]) -> _Accepted:
+        if self._cache_rest:
+            self._cache_rest -= 1
+            return self._evaluate({SENDER: sender, EVENT: content})
         key = _freeze(sender, content)
         cached = self._acceptance.get(key) if key is not None else None
+        self._count_lookup(cached is not None)
         if cached is not None:
             self._acceptance.move_to_end(key)
             return cached
-        accepted = self._evaluate_groups({SENDER: sender, EVENT: content})
+        accepted = self._evaluate({SENDER: sender, EVENT: content})
         if key is not None:
             self._acceptance[key] = accepted
             if len(self._acceptance) > _ACCEPTANCE_CACHE:
                 self._acceptance.popitem(last=False)
         return accepted
 
-    def _evaluate_groups(self, scopes: Mapping[str, Any]) -> list[int]:
+    def _count_lookup(self, hit: bool) -> None:
+        """Rest the cache for a while when it stopped paying for its keys."""
+        self._cache_lookups += 1
+        self._cache_hits += hit
+        if self._cache_lookups == CACHE_PROBE:
+            if self._cache_hits * CACHE_WORTH < CACHE_PROBE:
+                self._cache_rest = CACHE_REST
+            self._cache_lookups = self._cache_hits = 0
+
+    def _evaluate(self, scopes: Mapping[str, Any]) -> _Accepted:
         self._refresh_index()
         assert self._index is not None
-        positions = members(self._index.match(scopes))
-        accepted = {self._index_groups[position] for position in positions}
-        accepted.update(g for g in self._unindexed if self._groups[g].accepts(scopes))
-        return [group for group in accepted if group in self._groups]
+        extra = []
+        for group in self._unindexed:
+            if self._groups[group].accepts(scopes):
+                extra.append(self._groups[group])
+        return _Accepted(self._index.match(scopes), extra)
+
+    def _groups_of(self, accepted: _Accepted) -> list[_Group]:
+        """The accepting groups; some may have been dropped since (and be empty)."""
+        if accepted.groups is None:
+            found = set(map(self._index_groups.__getitem__, members(accepted.bits)))
+            found.update(accepted.extra)
+            accepted.groups = list(found)
+        return accepted.groups
 
     def _refresh_index(self) -> None:
         """Rebuild the filter index when many groups are missing from it."""
         if self._index is not None and len(self._unindexed) <= max(8, len(self._groups) // 16):
             return
         filters: list[Filter] = []
-        owners: list[int] = []
-        for group, entry in self._groups.items():
+        owners: list[_Group] = []
+        for entry in self._groups.values():
+            entry.positions = list(range(len(filters), len(filters) + len(entry.filters)))
             filters.extend(entry.filters)
-            owners.extend([group] * len(entry.filters))
+            owners.extend([entry] * len(entry.filters))
         self._index = FilterIndex(filters)
         self._index_groups = owners
         self._unindexed.clear()
+        self._acceptance.clear()  # cached positions are those of the old index
+        self._solo = [_solo_receiver(entry) for entry in owners]
+        self._shared = from_slots([p for p, only in enumerate(self._solo) if only is _SHARED])
 
-    def _receivers_of(self, groups: list[int], candidates: int | None) -> list[int]:
-        entries = [self._groups[group] for group in groups]
-        accepted_count = sum(len(entry.members) for entry in entries)
+    def _receivers_of(self, groups: list[_Group], candidates: int | None) -> set[Hashable]:
+        accepted_count = sum(map(len, map(_MEMBERS, groups)))
         # Walking a member costs about as much as combining 8 kB of bitset:
         # small groups are walked, big ones combined as bitsets.
-        union_cost = len(entries) * (WALK_PER_GROUP + len(self._ids) // 8192)
+        union_cost = len(groups) * (WALK_PER_GROUP + len(self._ids) // 8192)
         if accepted_count <= max(FEW_RECEIVERS, union_cost):
-            slots = [slot for entry in entries for slot in entry.members]
             if candidates is None:
-                return slots
-            table = membership_test_bytes(candidates)
-            return [slot for slot in slots if has_slot(table, slot)]
+                return set().union(*map(_IDS, groups))
+            table, ids = membership_test_bytes(candidates), self._ids
+            return {ids[s] for group in groups for s in group.members if has_slot(table, s)}
         bits = self._union_of_groups(groups)
-        return members(bits if candidates is None else bits & candidates)
+        slots = members(bits if candidates is None else bits & candidates)
+        return set(map(self._ids.__getitem__, slots))
 
-    def _union_of_groups(self, groups: list[int]) -> int:
+    def _union_of_groups(self, groups: list[_Group]) -> int:
         if len(groups) * 2 > len(self._groups):
             # Most groups accept: subtract the refusing ones from everyone.
             accepted = set(groups)
-            refusing = [g for g in self._groups if g not in accepted]
-            return without(self._live.bits, _union(self._groups[g].bits.bits for g in refusing))
-        return _union(self._groups[g].bits.bits for g in groups)
+            refusing = [entry for entry in self._groups.values() if entry not in accepted]
+            return without(self._live.bits, _union(entry.bits.bits for entry in refusing))
+        return _union(entry.bits.bits for entry in groups)
 
     # ------------------------------------------------------------------ selectors
 
@@ -370,6 +459,14 @@ class Matcher:
         )
 
 
+def _solo_receiver(entry: _Group) -> Any:
+    """The group's only receiver, or ``_SHARED``."""
+    if len(entry.ids) != 1:
+        return _SHARED
+    (only,) = entry.ids
+    return only
+
+
 def _union(bitsets: Iterable[int]) -> int:
     union = 0
     for bits in bitsets:
@@ -378,12 +475,18 @@ def _union(bitsets: Iterable[int]) -> int:
 
 
 def _freeze(sender: Mapping[str, Any], content: Mapping[str, Any]) -> Hashable | None:
-    """Hashable key of a (sender, content) pair, or None if a value is unhashable."""
+    """Hashable key of a (sender, content) pair, or None if a value is unhashable.
+
+    Built by C-level calls only (it is paid by every event). The key follows the
+    order of the items, so the same attributes in another order only miss the cache.
+    """
     try:
         # Types are part of the key: 1 and true are different attribute values.
         key = (
-            frozenset((name, type(value), value) for name, value in sender.items()),
-            frozenset((name, type(value), value) for name, value in content.items()),
+            tuple(sender.items()),
+            tuple(map(type, sender.values())),
+            tuple(content.items()),
+            tuple(map(type, content.values())),
         )
         hash(key)
     except TypeError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policies import Matcher, parse_policy, parse_selector
+from policies import matcher as matcher_module
 from policies.expressions import Always, Not
 
 ALERTS = parse_policy('accept event.kind == "alert" and sender.trust >= 2')
@@ -138,3 +139,29 @@ def test_policies_package_never_imports_django():
         "assert not [m for m in sys.modules if m.split('.')[0] == 'django']"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=repository)
+
+
+def test_an_unused_acceptance_cache_rests_and_results_stay_exact(monkeypatch):
+    monkeypatch.setattr(matcher_module, "CACHE_PROBE", 4)
+    monkeypatch.setattr(matcher_module, "CACHE_REST", 3)
+    fleet = Matcher()
+    fleet.add("low", {}, "accept event.level < 5")
+    fleet.add("high", {}, "accept event.level >= 5")
+    fleet.add("also-high", {}, "accept event.level >= 5")
+    for level in range(20):  # every event new: the cache never hits
+        expected = {"low"} if level < 5 else {"high", "also-high"}
+        assert fleet.match({}, {"level": level}) == expected
+    assert fleet.match({}, {"level": 3}) == {"low"}  # repeated, whether cached or not
+
+
+def test_subscriptions_alone_with_their_policy_and_shared_ones_are_both_found():
+    fleet = Matcher()
+    fleet.add("alone", {}, "accept event.x == 1")
+    fleet.add("first", {}, "accept event.x >= 1")
+    fleet.add("second", {}, "accept event.x >= 1")
+    assert fleet.match({}, {"x": 1}) == {"alone", "first", "second"}
+    fleet.remove("second")  # "first" is now alone with its policy
+    assert fleet.match({}, {"x": 2}) == {"first"}
+    fleet.add("third", {}, "accept event.x == 1")  # "alone" shares again
+    fleet.remove("alone")
+    assert fleet.match({}, {"x": 1}) == {"first", "third"}

@@ -119,7 +119,10 @@ TINY_THRESHOLDS = [
     mock.patch.object(receiver_index, "MIN_CHECKPOINT_STEP", 1),
     mock.patch.object(receiver_index, "DIRTY_MINIMUM", 2),
     mock.patch.object(filter_index, "CHECKPOINT_EVERY", 2),
+    mock.patch.object(filter_index, "REGION_BUDGET", 0),  # thresholds instead of step tables
     mock.patch.object(matcher, "FEW_RECEIVERS", 0),
+    mock.patch.object(matcher, "CACHE_PROBE", 2),  # the acceptance cache rests often
+    mock.patch.object(matcher, "CACHE_REST", 1),
     mock.patch.object(matcher, "WALK_PER_GROUP", 0),
 ]
 
@@ -224,7 +227,10 @@ def _check_matcher(fleet, sender, contents, selector_case):
 )
 def test_filter_index_finds_exactly_the_filters_that_hold(cases, senders, events, tiny):
     all_filters = [f for case in cases for f in _parse_case(case).filters()]
-    with mock.patch.object(filter_index, "CHECKPOINT_EVERY", 2 if tiny else 16):
+    with (
+        mock.patch.object(filter_index, "CHECKPOINT_EVERY", 2 if tiny else 16),
+        mock.patch.object(filter_index, "REGION_BUDGET", 0 if tiny else 8 << 20),
+    ):
         index = filter_index.FilterIndex(all_filters)
         for sender in senders:
             for event in events:
