@@ -6,8 +6,11 @@
 One pinger and N pongers, all broadcast-like: the pinger publishes a ping, every
 ponger answers with a pong, and every client (pinger and pongers) receives every ping
 and pong. Pongers change an attribute every 10 s; events live 60 s. Round trip = ping
-published -> pong pushed to the pinger. The same run is repeated with matching
-switched off (blind relay to every client) as the baseline, measured in the same run.
+published -> pong pushed to the pinger. The same run is repeated, as baselines measured
+in the same run, with matching switched off (blind relay to every client), and at the
+transport floor (bench/floor.py: the same hops through the same broker, doing no work:
+no database, no matching). Printed too: the database statements per event per hop that
+the tree's consumers counted, at leaves and at inner dispatchers.
 
 Real parts: PostgreSQL and Redis (private ones under var/bench unless DATABASE_URL /
 REDIS_URL are set), Celery worker processes for the tree, the Redis channel layer for
@@ -32,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.floor import publish_floor_event  # noqa: E402
 from bench.services import (  # noqa: E402
     fresh_database,
     provide_services,
@@ -43,6 +47,7 @@ from bench.services import (  # noqa: E402
 PING_TIMEOUT_S = 2.0
 ATTRIBUTE_CHANGE_S = 10.0
 LIFETIME_S = 60
+MODES = ("matching", "relay", "floor")
 POLICY = 'accept sender.team == "bench" and event.kind in ["ping", "pong"]'
 
 
@@ -96,27 +101,32 @@ def create_cast(pongers: int) -> Cast:
     return Cast(clients[0], clients[1:], authority)
 
 
-def start_workers(env: dict[str, str], count: int, matching: bool) -> list[subprocess.Popen]:
-    worker_env = {**env, "TREE_MATCHING": "true" if matching else "false"}
+def start_workers(env: dict[str, str], count: int, mode: str) -> list[subprocess.Popen]:
+    worker_env = {**env, "TREE_MATCHING": "true" if mode == "matching" else "false"}
+    floor = [sys.executable, str(ROOT / "bench" / "floor.py")]
     return [
         subprocess.Popen(
-            worker_argv(f"bench{index}"), env=worker_env, cwd=ROOT, start_new_session=True
+            floor if mode == "floor" else worker_argv(f"bench{index}"),
+            env=worker_env,
+            cwd=ROOT,
+            start_new_session=True,
         )
         for index in range(count)
     ]
 
 
 def forget_earlier_tasks() -> None:
-    """Tasks an earlier mode left queued name ids of a dropped database: purge them."""
-    from broker.dispatch import wakeups
+    """Tasks, hops, flags and counts an earlier mode left name ids of a dropped
+    database: purge them."""
+    from broker.dispatch import transport
     from console.celery import app
 
     with app.connection_for_write() as connection:
         for queue in tree_queues():
             connection.default_channel.queue_purge(queue)
         connection.default_channel.client.delete("unacked", "unacked_index")
-    flags = wakeups._redis()
-    flags.delete("-", *flags.keys(wakeups.FLAG.format(kind="*", dispatcher="*")))
+    client = transport.broker_redis()
+    client.delete("-", *client.keys("sn-tree:*"))
 
 
 @dataclass
@@ -129,13 +139,17 @@ class Results:
     notifications: int = 0
     lost_pongs: int = 0
     seconds: float = 0.0
+    publish_statements: int = 0
+    hop_stats: dict = field(default_factory=dict)
 
 
 class Experiment:
     """Drives pinger and pongers over the channel layer for `duration` seconds."""
 
-    def __init__(self, cast: Cast, duration: float, threads: int) -> None:
+    def __init__(self, cast: Cast, duration: float, threads: int, floor: bool) -> None:
         self.cast = cast
+        self.floor = floor
+        self.sequences: dict[int, int] = {}
         self.duration = duration
         self.pool = ThreadPoolExecutor(max_workers=threads)
         self.results = Results()
@@ -204,18 +218,32 @@ class Experiment:
                 self.answered.set()
 
     async def _publish(self, client, content: dict) -> None:
-        from broker.services.events import publish_event
-
         loop = asyncio.get_running_loop()
         started = time.monotonic()
-        await loop.run_in_executor(
-            self.pool,
-            lambda: publish_event(sender=client, content=content, lifetime_s=LIFETIME_S),
-        )
+        if self.floor:
+            sequence = self.sequences[client.id] = self.sequences.get(client.id, 0) + 1
+            await loop.run_in_executor(
+                self.pool, lambda: publish_floor_event(client, sequence, content)
+            )
+        else:
+            await loop.run_in_executor(self.pool, lambda: self._publish_event(client, content))
         self.results.publish_ms.append((time.monotonic() - started) * 1000)
         self.results.published += 1
 
+    def _publish_event(self, client, content: dict) -> None:
+        from django.db import connection
+
+        from broker.dispatch.consumer import StatementCounter
+        from broker.services.events import publish_event
+
+        statements = StatementCounter()
+        with connection.execute_wrapper(statements):
+            publish_event(sender=client, content=content, lifetime_s=LIFETIME_S)
+        self.results.publish_statements += statements.count
+
     async def _change_attributes(self) -> None:
+        if self.floor:
+            return
         from broker.audit import Actor
         from broker.services.clients import state_attributes
 
@@ -232,7 +260,7 @@ class Experiment:
                 )
 
 
-def run_mode(env: dict[str, str], args, matching: bool) -> Results:
+def run_mode(env: dict[str, str], args, mode: str) -> Results:
     fresh_database(env)
     import django
     from django.db import connections
@@ -245,10 +273,12 @@ def run_mode(env: dict[str, str], args, matching: bool) -> Results:
     build_tree(depth=args.depth, branching=args.branching, actor=SYSTEM)
     forget_earlier_tasks()
     cast = create_cast(args.pongers)
-    workers = start_workers(env, args.workers, matching)
+    workers = start_workers(env, args.workers, mode)
     try:
         wait_for_tree_idle(timeout_s=120)
-        results = asyncio.run(Experiment(cast, args.duration, args.threads).run())
+        experiment = Experiment(cast, args.duration, args.threads, floor=mode == "floor")
+        results = asyncio.run(experiment.run())
+        results.hop_stats = hop_stats()
     finally:
         for worker in workers:
             worker.terminate()
@@ -256,6 +286,35 @@ def run_mode(env: dict[str, str], args, matching: bool) -> Results:
             worker.wait(timeout=30)
     connections.close_all()
     return results
+
+
+def hop_stats() -> dict[str, int]:
+    """What the tree's consumers counted (broker/dispatch/consumer.py)."""
+    from broker.dispatch import transport
+    from broker.dispatch.consumer import STATS
+
+    raw = transport.broker_redis().hgetall(STATS)
+    return {key.decode(): int(value) for key, value in raw.items()}
+
+
+def describe_statements(results: Results) -> None:
+    stats = results.hop_stats
+    figures = []
+    for kind in ("leaf", "inner"):
+        events, batches = stats.get(f"{kind}:events", 0), stats.get(f"{kind}:batches", 0)
+        if events:
+            per_event = stats[f"{kind}:statements"] / events
+            per_batch = stats[f"{kind}:statements"] / batches
+            figures.append(
+                f"{kind} {per_event:.2f} per event ({per_batch:.1f} per batch"
+                f" of {events / batches:.1f} events)"
+            )
+    per_publish = results.publish_statements / max(results.published, 1)
+    print(
+        f"{'':>22}  database statements per hop: {', '.join(figures) or 'none counted'};"
+        f" per publish {per_publish:.1f}",
+        flush=True,
+    )
 
 
 def describe(label: str, results: Results) -> dict:
@@ -291,7 +350,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=8, help="publishing threads")
     parser.add_argument("--depth", type=int, default=2)
     parser.add_argument("--branching", type=int, default=2)
-    parser.add_argument("--single", choices=["matching", "relay"], help=argparse.SUPPRESS)
+    parser.add_argument("--single", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.single:
         run_single(args)
@@ -307,14 +366,18 @@ def main() -> None:
             f"tree depth {args.depth} x {args.branching}, {args.workers} worker processes",
             flush=True,
         )
-        on = describe("matching", run_in_child(env, "matching"))
+        matching = run_in_child(env, "matching")
+        on = describe("matching", matching)
+        describe_statements(matching)
         off = describe("blind relay (baseline)", run_in_child(env, "relay"))
-        rtt_ratio = on["median_ms"] / off["median_ms"]
-        rate_ratio = on["notifications_s"] / off["notifications_s"]
-        print(
-            f"{'matching / baseline':>22}: round trip median x{rtt_ratio:.2f},"
-            f" notifications/s x{rate_ratio:.2f}"
-        )
+        floor = describe("transport floor", run_in_child(env, "floor"))
+        for label, baseline in (("blind relay", off), ("floor", floor)):
+            rtt_ratio = on["median_ms"] / baseline["median_ms"]
+            rate_ratio = on["notifications_s"] / baseline["notifications_s"]
+            print(
+                f"{'matching / ' + label:>22}: round trip median x{rtt_ratio:.2f},"
+                f" notifications/s x{rate_ratio:.2f}"
+            )
     finally:
         for server in reversed(started):
             server.stop()
@@ -330,7 +393,7 @@ def run_in_child(env: dict[str, str], mode: str) -> Results:
 def run_single(args) -> None:
     env = dict(os.environ)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    results = run_mode(env, args, matching=args.single == "matching")
+    results = run_mode(env, args, args.single)
     print(json.dumps(results.__dict__), flush=True)
 
 

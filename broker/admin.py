@@ -209,9 +209,6 @@ class DispatcherSummaryAdmin(ReadOnlyAdmin):
     list_select_related = ("dispatcher",)
 
 
-@admin.register(models.HopInbox)
-class HopInboxAdmin(ReadOnlyAdmin):
-    list_display = ("event_id", "dispatcher", "direction", "came_from", "enqueued_at")
-    list_filter = ("direction", "dispatcher")
-    list_select_related = ("dispatcher", "came_from")
-    ordering = ("id",)
+@admin.register(models.TrafficWatermark)
+class TrafficWatermarkAdmin(ReadOnlyAdmin):
+    list_display = ("id", "last_entry")

@@ -372,8 +372,14 @@ class Event(models.Model):
                 name="one_event_per_idempotency_key",
             ),
         ]
-        # The console lists events newest first, a page at a time.
-        indexes = [models.Index(fields=["-published_at"], name="event_newest")]
+        indexes = [
+            # The console lists events newest first, a page at a time.
+            models.Index(fields=["-published_at"], name="event_newest"),
+            # The sweep looks for events whose first hop was lost (few, and recent).
+            models.Index(
+                fields=["published_at"], condition=Q(routed_at=None), name="event_unrouted"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"event {self.sender_id}/{self.channel}#{self.sequence}"
@@ -576,25 +582,11 @@ class DispatcherSummary(models.Model):
         return f"summary of {self.dispatcher_id} v{self.version}"
 
 
-class HopInbox(models.Model):
-    """Events waiting to be processed at a dispatcher: the durable form of a hop.
+class TrafficWatermark(models.Model):
+    """How far the traffic log in Redis has been moved into `TrafficRecord`
+    (broker/dispatch/traffic.py): the last stream entry moved. One row."""
 
-    A hop is written in the same transaction as the work that caused it (publishing, or
-    the previous hop), and deleted in the same transaction as the work it causes, so a
-    crash at any point loses nothing and does nothing twice. Celery tasks only wake a
-    dispatcher up; the dispatcher then takes its whole inbox in batches.
-    """
-
-    dispatcher = models.ForeignKey(Dispatcher, on_delete=models.CASCADE, related_name="inbox")
-    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="+")
-    direction = models.CharField(max_length=8, choices=TrafficRecord.Direction.choices)
-    came_from = models.ForeignKey(
-        Dispatcher, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
-    )
-    enqueued_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        indexes = [models.Index(fields=["dispatcher", "id"])]
+    last_entry = models.CharField(max_length=40, blank=True, default="")
 
     def __str__(self) -> str:
-        return f"{self.event_id} waiting at {self.dispatcher_id} ({self.direction})"
+        return f"traffic moved through {self.last_entry or 'nothing'}"

@@ -14,13 +14,6 @@ from django.db import transaction
 from broker.dispatch import steps, wakeups
 
 
-@shared_task(name=wakeups.DRAIN_INBOX)
-def drain_inbox(dispatcher_id: int):
-    """Process every hop waiting at one dispatcher, in batches."""
-    wakeups.woken(wakeups.INBOX, dispatcher_id)
-    steps.drain_inbox(dispatcher_id)
-
-
 @shared_task(name=wakeups.APPLY_CLIENT_CHANGES)
 def apply_client_changes(dispatcher_id: int):
     """A leaf applies its clients' changes, delivers late matches, grows summaries."""
@@ -30,10 +23,16 @@ def apply_client_changes(dispatcher_id: int):
 
 
 @shared_task(name=wakeups.REFRESH_SUMMARY)
-def refresh_summary(dispatcher_id: int, child_id: int, version: int):
-    """A dispatcher takes in a child's grown summary."""
+def refresh_summary(dispatcher_id: int, child_id: int, version: int, again: bool = False):
+    """A dispatcher takes in a child's grown summary, and resends what the child may
+    have missed once more when every process routes with the grown summary."""
     with transaction.atomic():
         steps.post_hops(steps.refresh_summary(dispatcher_id, child_id, version))
+    if not again:
+        wakeups.send(
+            wakeups.REFRESH_SUMMARY, dispatcher_id, child_id, version, True,
+            countdown=steps.SUMMARY_IN_FORCE_AFTER_S,
+        )  # fmt: skip
 
 
 @shared_task(name="broker.recompute_summaries")
@@ -45,8 +44,11 @@ def recompute_summaries():
 
 @shared_task(name="broker.sweep")
 def sweep():
-    """Periodic: wake every dispatcher that has work waiting too long (a lost wake-up)."""
-    wakeups.wake_stalled_dispatchers()
+    """Periodic: send again the first hop of events that lost it (their publisher died
+    between its commit and the send)."""
+    from broker.dispatch.entry import send_unrouted_events
+
+    send_unrouted_events()
 
 
 @shared_task(name="broker.expire_deliveries")

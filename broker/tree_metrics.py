@@ -18,10 +18,11 @@ from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
-from broker.models import Client, Dispatcher, DispatcherSummary, HopInbox, TrafficRecord
+from broker.dispatch import transport
+from broker.models import Client, Dispatcher, DispatcherSummary, TrafficRecord
 
 WINDOW = timedelta(minutes=1)
-# More than one of drain_inbox's batches waiting: the dispatcher is falling behind.
+# More than one read's worth of hops waiting (consumer.READ_BATCH): falling behind.
 DEEP_INBOX = 500
 # Wasted forwards in the window that make a dispatcher worth a look: at least this many,
 # and at least this share of the events it routed.
@@ -212,9 +213,11 @@ def summary_figures() -> dict[int, SummaryFigures]:
 
 
 def inbox_depths() -> dict[int, int]:
-    """{dispatcher id: hops waiting in its inbox} (dispatchers with none are left out)."""
-    rows = HopInbox.objects.values("dispatcher_id").annotate(count=Count("id")).order_by()
-    return {row["dispatcher_id"]: row["count"] for row in rows}
+    """{dispatcher id: hops waiting in its stream, or being routed} (dispatchers with
+    none are left out). A hop carries the events one dispatcher sent the next at once."""
+    queues = {node.queue: node.id for node in Dispatcher.objects.only("id", "name")}
+    waiting = transport.waiting_by_queue(queues)
+    return {queues[queue]: count for queue, count in waiting.items() if count}
 
 
 def traffic_since(since: datetime) -> dict[int, Traffic]:

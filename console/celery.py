@@ -4,7 +4,13 @@ import os
 import threading
 
 from celery import Celery
-from celery.signals import task_prerun, worker_ready
+from celery.signals import (
+    task_prerun,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -34,3 +40,34 @@ def warm_spark_in_the_reports_worker(sender=None, **_) -> None:
     from reports.spark import warm_up
 
     threading.Thread(target=warm_up, daemon=True, name="spark-warm-up").start()
+
+
+def _consumed_queues() -> list[str]:
+    return list(app.amqp.queues.consume_from or {})
+
+
+@worker_process_init.connect
+def route_hops_in_each_pool_process(**_) -> None:
+    """A tree worker's every pool process routes hops (broker/dispatch/consumer.py)
+    beside its tasks: hops use as many cores as the worker has processes."""
+    from broker.dispatch.consumer import start_consumer
+
+    start_consumer(_consumed_queues())
+
+
+@worker_ready.connect
+def route_hops_in_a_single_process_worker(sender=None, **_) -> None:
+    """A worker without a process pool (solo, threads) routes hops in its own process."""
+    if sender is None or "prefork" in type(sender.pool).__module__:
+        return
+    from broker.dispatch.consumer import start_consumer
+
+    start_consumer(_consumed_queues())
+
+
+@worker_process_shutdown.connect
+@worker_shutdown.connect
+def stop_routing_hops(**_) -> None:
+    from broker.dispatch.consumer import stop_consumer
+
+    stop_consumer()

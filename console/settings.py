@@ -216,6 +216,9 @@ TREE_BRANCHING = env_int("TREE_BRANCHING", 2, minimum=1)
 # Matching in the tree. Off only for the benchmark's baseline: every event is relayed
 # blindly to every client, as a plain broadcast would.
 TREE_MATCHING = env_bool("TREE_MATCHING", default=True)
+# Hop consumer threads per tree-worker process (broker/dispatch/consumer.py): more than
+# one, so that a hop waits for no other dispatcher's database work in that process.
+TREE_CONSUMER_THREADS = env_int("TREE_CONSUMER_THREADS", 3, minimum=1)
 
 # Reports (docs/reports.md). Spark runs in this process's JVM unless a master URL is set;
 # on a cluster, REPORTS_DATASET must be a path every executor sees.

@@ -170,7 +170,10 @@ class EmbeddedRedis:
             "--dir", str(self.data_dir),
             "--dbfilename", "dump.rdb",
             "--save", "60", "1",
-            "--appendonly", "no",
+            # Hops between dispatchers live in Redis streams until routed: a killed or
+            # restarted Redis must come back with them (an OS crash may lose the last
+            # second; the sweep sends unrouted events again).
+            "--appendonly", "yes", "--appendfsync", "everysec",
         ]  # fmt: skip
 
     def _answers_ping(self) -> bool:

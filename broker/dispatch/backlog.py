@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-from functools import cache
-
-from broker.models import HopInbox
-
-
-@cache
-def _broker_client():
-    import redis
-    from django.conf import settings
-
-    # Kombu spells a socket redis+socket://; redis-py wants unix://.
-    return redis.Redis.from_url(settings.CELERY_BROKER_URL.replace("redis+socket://", "unix://"))
+from broker.dispatch import traffic, transport
 
 
 def pending_tree_work(queues: list[str]) -> int:
-    """Tasks queued on `queues` or taken and not yet acknowledged, plus hops waiting in
-    any inbox: zero when the tree has nothing left to do."""
-    pipeline = _broker_client().pipeline()
+    """Tasks queued on `queues` or taken and not yet acknowledged, hops waiting in the
+    streams of the dispatchers among them, and traffic records not yet written: zero
+    when the tree has nothing left to do."""
+    pipeline = transport.broker_redis().pipeline()
     for queue in queues:
         pipeline.llen(queue)
     pipeline.hlen("unacked")
-    return sum(pipeline.execute()) + HopInbox.objects.count()
+    tasks = sum(pipeline.execute())
+    dispatchers = [queue for queue in queues if queue.startswith("dispatcher.")]
+    return tasks + transport.backlog(dispatchers) + traffic.unflushed()

@@ -32,6 +32,8 @@ class RoutedEvent:
     expires_at: datetime
     # Only these receivers may get it (a resend); None: whoever matches.
     recipients: frozenset[int] | None = None
+    # As stored: hops carry the text, each dispatcher types it with its vocabulary.
+    selector_text: str = ""
 
     def may_reach(self, receiver_id: int) -> bool:
         """Whether the event may reach this receiver (it is not limited to others)."""
@@ -71,10 +73,64 @@ FIELDS = (
 def _routed(row: tuple, words: Vocabulary) -> RoutedEvent:
     values = dict(zip(FIELDS, row, strict=True))
     values["id"] = str(values["id"])
+    values["selector_text"] = values["selector"]
     values["selector"] = parsed_selector(values["selector"], words)
     if values["recipients"] is not None:
         values["recipients"] = frozenset(values["recipients"])
     return RoutedEvent(**values)
+
+
+# The wire shape of an event travelling between dispatchers (broker/dispatch/transport.py):
+# everything routing and delivery need, so that no dispatcher reads the event back.
+
+
+def wire_of(event: RoutedEvent) -> dict[str, Any]:
+    """An event as a hop carries it (JSON-able)."""
+    return {
+        "id": event.id,
+        "sender_id": event.sender_id,
+        "channel": event.channel,
+        "sequence": event.sequence,
+        "content": event.content,
+        "selector": event.selector_text,
+        "sender_attributes": event.sender_attributes,
+        "expires_at": event.expires_at.isoformat(),
+        "recipients": None if event.recipients is None else sorted(event.recipients),
+    }
+
+
+def wire_of_model(event: Event) -> dict[str, Any]:
+    """A freshly published event as a hop carries it."""
+    routed = RoutedEvent(
+        id=str(event.pk),
+        sender_id=event.sender_id,
+        channel=event.channel,
+        sequence=event.sequence,
+        content=event.content,
+        selector=None,  # travels as text
+        sender_attributes=event.sender_attributes,
+        expires_at=event.expires_at,
+        recipients=None if event.recipients is None else frozenset(event.recipients),
+        selector_text=event.selector,
+    )
+    return wire_of(routed)
+
+
+def from_wire(wire: dict[str, Any], selector: Selector | None) -> RoutedEvent:
+    """The event a hop carries, with its selector typed (`state.typed_selector`)."""
+    recipients = wire["recipients"]
+    return RoutedEvent(
+        id=wire["id"],
+        sender_id=wire["sender_id"],
+        channel=wire["channel"],
+        sequence=wire["sequence"],
+        content=wire["content"],
+        selector=selector,
+        sender_attributes=wire["sender_attributes"],
+        expires_at=datetime.fromisoformat(wire["expires_at"]),
+        recipients=None if recipients is None else frozenset(recipients),
+        selector_text=wire["selector"],
+    )
 
 
 def live_events(ids: Iterable[str] | None = None, **filters) -> list[RoutedEvent]:

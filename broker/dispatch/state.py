@@ -8,6 +8,7 @@ Nothing here is authoritative: losing a process loses nothing.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,13 @@ from broker.models import (
 )
 from broker.selectors import attributes_by_client, newest_policies, vocabulary
 from broker.vocabulary import Vocabulary
-from policies import Matcher, Policy
+from policies import Matcher, Policy, PolicySyntaxError, Selector
+
+# How long a process routes with what it read of the vocabulary and of the summaries
+# without asking PostgreSQL again: this keeps inner dispatchers off the database. A
+# summary that grew is in force everywhere after this long, and the parent resends
+# what it may have missed once more after it (steps.refresh_summary).
+FRESH_FOR_S = 0.5
 
 
 @dataclass
@@ -169,7 +176,41 @@ def forget_leaf(dispatcher_id: int) -> None:
     _leaves.pop(dispatcher_id, None)
 
 
+_words: tuple[float, Vocabulary] | None = None
+
+
+def routing_vocabulary(*, fresh: bool = False) -> Vocabulary:
+    """The vocabulary as read at most FRESH_FOR_S ago (or now, if `fresh`)."""
+    global _words
+    if fresh or _words is None or time.monotonic() - _words[0] > FRESH_FOR_S:
+        _words = (time.monotonic(), vocabulary())
+    return _words[1]
+
+
+def typed_selector(text: str) -> Selector | None:
+    """An event's stored selector typed for routing; None if it has none. A name the
+    cached vocabulary does not know yet is looked up again before giving up."""
+    if not text:
+        return None
+    try:
+        return routing_vocabulary().selector(text)
+    except PolicySyntaxError:
+        return routing_vocabulary(fresh=True).stored_selector(text)
+
+
 _summaries: dict[int, tuple[int, Vocabulary, Summary]] = {}
+_summaries_read_at: dict[int, float] = {}
+
+
+def routing_summaries(dispatcher_ids: list[int]) -> dict[int, Summary]:
+    """`summaries_of`, as read at most FRESH_FOR_S ago: what routing uses."""
+    now = time.monotonic()
+    if all(now - _summaries_read_at.get(d, -FRESH_FOR_S) < FRESH_FOR_S for d in dispatcher_ids):
+        return {d: _summaries[d][2] if d in _summaries else Summary() for d in dispatcher_ids}
+    found = summaries_of(dispatcher_ids)
+    for dispatcher_id in dispatcher_ids:
+        _summaries_read_at[dispatcher_id] = now
+    return found
 
 
 def summaries_of(dispatcher_ids: list[int]) -> dict[int, Summary]:

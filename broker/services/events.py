@@ -105,8 +105,8 @@ class Origin:
 def _publish(sender: Client, request: PublishRequest, key: str, origin: Origin) -> Event:
     with transaction.atomic():
         event = _create_event(sender, request, key, origin)
-        # The first hop is written with the event: an accepted event is never left
-        # without its routing.
+        # The first hop is sent once the event commits; should it be lost, the sweep
+        # sends it again: an accepted event is never left without its routing.
         route_published(event)
         transaction.on_commit(lambda: announce([EVENTS]), robust=True)
     return event

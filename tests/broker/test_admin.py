@@ -20,6 +20,7 @@ from broker.models import (
     Event,
     ReceiverStream,
     TrafficRecord,
+    TrafficWatermark,
 )
 from broker.scenario import load_scenario
 from broker.services.clients import issue_token
@@ -60,6 +61,7 @@ def records(operator):
         DispatcherSummary(dispatcher=d, version=1, data=Summary().to_json())
         for d in Dispatcher.objects.all()
     )
+    TrafficWatermark.objects.create(last_entry="1790000000000-0")
     return scenario
 
 

@@ -16,9 +16,9 @@ from channels.db import database_sync_to_async as in_thread
 from django.utils import timezone
 
 from broker.client import Agent, AgentError
-from broker.dispatch import wakeups
-from broker.dispatch.wakeups import wake_stalled_dispatchers
-from broker.models import Delivery, Event, HopInbox, ReceiverStream
+from broker.dispatch import transport
+from broker.dispatch.entry import send_unrouted_events
+from broker.models import Delivery, Event, ReceiverStream
 from broker.services.deliveries import confirm_receipt, expire_unconfirmed
 from broker.services.events import publish_event
 from tests.broker.agent_helpers import ISSUER, agent_url, wait_for
@@ -187,15 +187,20 @@ def test_the_http_api_honours_the_idempotency_key_header(asgi_server, cast):
     assert Event.objects.filter(idempotency_key="soar-incident-7").count() == 1
 
 
-def test_a_publish_whose_wake_up_fails_after_commit_still_succeeds(cast, monkeypatch):
-    # Redis gone between the commit and the wake-up: the event and its first hop are
-    # committed, so the publisher is told it was published; the sweep wakes the leaf.
-    monkeypatch.setattr(wakeups, "_client", redis.Redis(unix_socket_path="/nonexistent.sock"))
+def test_a_publish_whose_first_hop_is_lost_after_commit_still_succeeds(cast, monkeypatch):
+    # Redis gone between the commit and the first hop: the event is committed, so the
+    # publisher is told it was published; the sweep sends the hop again.
+    gone = redis.Redis(unix_socket_path="/nonexistent.sock")
+    monkeypatch.setattr(transport, "broker_redis", lambda: gone)
     event = publish_event(sender=cast["controller_client"], content=COMMAND, actor=ISSUER)
-    assert HopInbox.objects.filter(event=event).exists()
     monkeypatch.undo()
-    # What the periodic sweep does: the event is routed after all.
-    assert wake_stalled_dispatchers(older_than=timedelta(0)) == 1
+    wait_until_idle()
+    event.refresh_from_db()
+    assert event.routed_at is None
+    assert not Delivery.objects.filter(event=event).exists()
+    # What the periodic sweep does: the event is routed after all, once.
+    assert send_unrouted_events(older_than=timedelta(0)) == 1
+    assert send_unrouted_events(older_than=timedelta(0)) == 0
     wait_until_idle()
     assert Delivery.objects.filter(event=event).exists()
 

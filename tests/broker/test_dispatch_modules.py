@@ -69,7 +69,7 @@ def test_one_file_name_per_meaning_for_the_tree():
 
 def test_tasks_sent_by_name_and_scheduled_by_the_beat_are_registered():
     app.loader.import_default_modules()
-    sent = {wakeups.DRAIN_INBOX, wakeups.APPLY_CLIENT_CHANGES, wakeups.REFRESH_SUMMARY}
+    sent = {wakeups.APPLY_CLIENT_CHANGES, wakeups.REFRESH_SUMMARY}
     scheduled = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
     assert sent | scheduled <= set(app.tasks)
-    assert sent == {"broker.drain_inbox", "broker.apply_client_changes", "broker.refresh_summary"}
+    assert sent == {"broker.apply_client_changes", "broker.refresh_summary"}

@@ -10,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from broker import audit
 from broker.audit import Actor
 from broker.dispatch import state as dispatch_state
+from broker.dispatch.events import live_events
 from broker.dispatch.steps import DOWN, route
 from broker.models import AuditEntry, Client, Delivery
 from broker.scenario import load_scenario
@@ -45,7 +46,7 @@ def stream():
 
 def arrive(leaf_id: int, events) -> None:
     with transaction.atomic():
-        route(leaf_id, [str(e.pk) for e in events], direction=DOWN, came_from=None)
+        route(leaf_id, live_events([str(e.pk) for e in events]), direction=DOWN, came_from=None)
 
 
 def sequences_in_position_order(receiver) -> list[int]:

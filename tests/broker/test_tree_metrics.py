@@ -17,7 +17,6 @@ from broker.models import (
     Dispatcher,
     DispatcherSummary,
     Event,
-    HopInbox,
     TrafficRecord,
 )
 from broker.scenario import load_scenario
@@ -25,7 +24,7 @@ from broker.selectors import vocabulary
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
 from broker.tree_metrics import WINDOW, DispatcherFigures, Traffic, tree_figures
-from tests.broker.tree_helpers import wait_until_idle
+from tests.broker.tree_helpers import held_hops, release, wait_until_idle
 
 pytestmark = [
     pytest.mark.worker,
@@ -134,18 +133,13 @@ def test_traffic_older_than_the_window_is_left_out(scenario):
 def test_inbox_depth_counts_the_hops_waiting_and_a_deep_inbox_is_flagged(scenario):
     publish_the_scenario_events(scenario)
     leaf = Dispatcher.objects.get(name="d0.1.0")
-    event = Event.objects.first()
-    # Written without waking the leaf: they stay until we remove them.
-    HopInbox.objects.bulk_create(
-        HopInbox(dispatcher=leaf, event=event, direction="down") for _ in range(501)
-    )
+    held = held_hops(leaf, Event.objects.first(), 501)
     try:
         figures = {node.name: node for node in tree_figures().nodes}
-        waiting = Counter(HopInbox.objects.values_list("dispatcher__name", flat=True))
     finally:
-        HopInbox.objects.filter(dispatcher=leaf).delete()
-    assert {name: node.inbox for name, node in figures.items() if node.inbox} == waiting
-    assert waiting == {"d0.1.0": 501}
+        release(leaf, held)
+    assert len(held) == 501
+    assert {name: node.inbox for name, node in figures.items() if node.inbox} == {"d0.1.0": 501}
     assert figures["d0.1.0"].deep_inbox and figures["d0.1.0"].flagged
     assert not any(node.flagged for name, node in figures.items() if name != "d0.1.0")
 

@@ -6,21 +6,23 @@ import time
 
 from django.conf import settings
 
+from broker.dispatch import transport
 from broker.dispatch.backlog import pending_tree_work
+from broker.dispatch.entry import send_unrouted_events
+from broker.dispatch.events import wire_of_model
 from broker.dispatch.queues import dispatcher_queues
-from broker.dispatch.wakeups import wake_stalled_dispatchers
+from broker.models import Dispatcher, Event
 
 IDLE_CHECKS = 3
 POLL_S = 0.05
-# What the beat does in production (CELERY_BEAT_SCHEDULE "sweep"): a task lost with a
-# killed worker (taken from Redis, not yet recorded as unacknowledged) leaves its hop in
-# an inbox with no wake-up; the sweep wakes that dispatcher. Tests run no beat.
+# What the beat does in production (CELERY_BEAT_SCHEDULE "sweep"): an event whose first
+# hop was lost (its publisher died before sending it) is sent again. Tests run no beat.
 SWEEP_EVERY_S = 5.0
 
 
 def wait_until_idle(timeout_s: float = 30.0) -> None:
     """Block until no tree work is queued or running, several checks in a row,
-    sweeping for stalled dispatchers as the beat would."""
+    sweeping for events that lost their way as the beat would."""
     queues = [
         settings.CELERY_TASK_DEFAULT_QUEUE,
         *dispatcher_queues(settings.TREE_DEPTH, settings.TREE_BRANCHING),
@@ -33,7 +35,25 @@ def wait_until_idle(timeout_s: float = 30.0) -> None:
         if quiet >= IDLE_CHECKS:
             return
         if time.monotonic() >= next_sweep:
-            wake_stalled_dispatchers()
+            send_unrouted_events()
             next_sweep = time.monotonic() + SWEEP_EVERY_S
         time.sleep(POLL_S)
     raise TimeoutError(f"the tree still had work after {timeout_s} s")
+
+
+def held_hops(dispatcher: Dispatcher, event: Event, count: int) -> list[bytes]:
+    """`count` hops sent to the dispatcher and taken at once, atomically, by a consumer
+    that is not the worker's: they wait, unacknowledged, until released."""
+    hop = transport.RouteHop(dispatcher.id, [wire_of_model(event)], "down")
+    stream = transport.stream_name(dispatcher.queue)
+    pipeline = transport.broker_redis().pipeline(transaction=True)
+    transport.send([hop] * count, pipeline)
+    pipeline.xreadgroup(transport.GROUP, "test-holder", {stream: ">"}, count=count)
+    taken = pipeline.execute()[-1]
+    return [entry_id for _, entries in taken for entry_id, _ in entries]
+
+
+def release(dispatcher: Dispatcher, entry_ids: list[bytes]) -> None:
+    stream = transport.stream_name(dispatcher.queue)
+    transport.broker_redis().xack(stream, transport.GROUP, *entry_ids)
+    transport.broker_redis().xdel(stream, *entry_ids)

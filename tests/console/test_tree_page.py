@@ -7,10 +7,10 @@ import pytest
 from django.urls import reverse
 from websockets.sync.client import connect
 
-from broker.models import AuditEntry, Client, Delivery, Dispatcher, Event, HopInbox, TrafficRecord
+from broker.models import AuditEntry, Client, Delivery, Dispatcher, Event, TrafficRecord
 from broker.scenario import load_scenario
 from broker.services.events import publish_event
-from tests.broker.tree_helpers import wait_until_idle
+from tests.broker.tree_helpers import held_hops, release, wait_until_idle
 from tests.cast import Member
 from tests.console.conftest import logged_in
 from tests.console.test_console_socket import logged_in_cookie, socket_url
@@ -69,15 +69,11 @@ def test_each_dispatcher_shows_its_clients_summary_inbox_and_traffic(as_operator
 
 def test_a_deep_inbox_is_highlighted(as_auditor, routed):
     leaf = Dispatcher.objects.get(name="d0.0.1")
-    event = Event.objects.get()
-    # Written without waking the leaf, so that they wait there while the page is read.
-    HopInbox.objects.bulk_create(
-        HopInbox(dispatcher=leaf, event=event, direction="down") for _ in range(600)
-    )
+    held = held_hops(leaf, Event.objects.get(), 600)
     try:
         body = as_auditor.get(reverse("tree")).content.decode()
     finally:
-        HopInbox.objects.filter(dispatcher=leaf).delete()
+        release(leaf, held)
     row = row_of(body, "d0.0.1")
     assert 'class="flagged" data-flagged="inbox"' in row and "deep inbox" in row
     assert 'data-inbox="600"' in row and "1 to look at" in body
