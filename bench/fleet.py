@@ -10,29 +10,36 @@ set), and the fleet simulator (`manage.py simulate_fleet`) as separate processes
 real WebSocket clients. Latency = publish (this process) -> notification read by the
 agent (fleet process), on the same clock.
 
-Printed: connect time; for an alert to every agent and a command to a third of them
-(selector `receiver.software == "IIS"`), median / p95 / p99 of the publish-to-receipt
-latency; and, as the baseline measured in the same run, the same push sent straight
-through the channel layer to every agent's connection (no tree, no database), with the
-ratio of the two.
+Printed: how fast the agents log in (all of them at once, as after a restart of the
+console) and then advertise their models; for an alert to every agent and a command to
+a third of them (selector `receiver.software == "IIS"`), median / p95 / p99 of the
+publish-to-receipt latency, split into publish -> leaf's push sent (the tree) and push
+sent -> receipt (the channel layer, the web process, the socket); and, as the baseline
+measured in the same run, the same push sent straight through the channel layer to
+every agent's connection (no tree, no database), with the ratio of the two. Each phase
+says the machine's load and the CPU time each part of the stack spent in it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.services import (  # noqa: E402
+    cpu_seconds,
     fleet_stats,
     fresh_database,
     provide_services,
@@ -46,6 +53,7 @@ from launcher.supervisor import listening_socket  # noqa: E402
 PORT = int(os.environ.get("BENCH_PORT", "8931"))
 ROUND_TIMEOUT_S = 60.0
 IIS = 'receiver.software == "IIS"'
+PUSH_LOG_KEY = "sn-bench:pushes"
 
 
 def start_console(env: dict[str, str], workers: int, web: int) -> list[subprocess.Popen]:
@@ -126,6 +134,70 @@ def latencies(stats_dir: str) -> dict[str, list[float]]:
     return found
 
 
+def split_latencies(stats_dir: str) -> dict[str, tuple[list[float], list[float]]]:
+    """{label: (publish -> push sent, push sent -> receipt)} in ms, per receipt whose
+    delivery a leaf's push logged (settings.PUSH_LOG_KEY)."""
+    import redis
+
+    pushed_at = {}
+    for entry in redis.Redis.from_url(os.environ["REDIS_URL"]).lrange(PUSH_LOG_KEY, 0, -1):
+        push = json.loads(entry)
+        pushed_at.update(dict.fromkeys(push["deliveries"], push["sent_at"]))
+    found: dict[str, tuple[list[float], list[float]]] = {}
+    for stats in fleet_stats(stats_dir):
+        for (label, ms), (_, delivery, at) in zip(
+            stats["latencies"], stats["receipts"], strict=True
+        ):
+            if delivery in pushed_at:
+                push_ms = (at - pushed_at[delivery]) * 1000
+                tree, push = found.setdefault(label, ([], []))
+                tree.append(ms - push_ms)
+                push.append(push_ms)
+    return found
+
+
+class Phases:
+    """The CPU time each part of the stack spent in each phase of the run, and the
+    machine's load at its start (the benchmark shares its cores)."""
+
+    def __init__(self, parts: dict[str, list[int]]) -> None:
+        self.parts = parts
+        self.rows: list[tuple[str, float, dict[str, float]]] = []
+
+    def measure(self, name: str, phase):
+        """Run `phase()` and return what it returns; a part's processes may be added
+        during the phase (all their CPU time is then the phase's)."""
+        load = os.getloadavg()[0]
+        before = {part: self._cpu(part) for part in self.parts}
+        result = phase()
+        spent = {part: self._cpu(part) - before[part] for part in self.parts}
+        self.rows.append((name, load, spent))
+        return result
+
+    def _cpu(self, part: str) -> float:
+        # The bench's children are the others: its own time only.
+        return cpu_seconds(self.parts[part], children=part != "bench")
+
+    def print(self) -> None:
+        parts = list(self.parts)
+        print(f"{'CPU seconds per phase':>34}: " + "  ".join(f"{p:>8}" for p in parts) + "   load")
+        for name, load, spent in self.rows:
+            cells = "  ".join(f"{spent[p]:8.2f}" for p in parts)
+            print(f"{name:>34}: {cells}   {load:4.1f}")
+
+
+def server_pids() -> list[int]:
+    """PostgreSQL's postmaster (the parent of our backend) and Redis, asked."""
+    import redis
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    postmaster = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return [postmaster, int(redis.Redis.from_url(os.environ["REDIS_URL"]).info()["process_id"])]
+
+
 def describe(label: str, values: list[float], receivers: int, rounds: int) -> dict:
     values = sorted(values) or [float("nan")]
     figures = {
@@ -145,6 +217,7 @@ def run(args, env: dict[str, str]) -> None:
     import django
 
     fresh_database(env)
+    env["PUSH_LOG_KEY"] = PUSH_LOG_KEY
     os.environ.update(env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     django.setup()
@@ -156,30 +229,87 @@ def run(args, env: dict[str, str]) -> None:
     print(f"set-up: scenario with {args.agents} web servers in {time.monotonic() - started:.1f} s")
     console = start_console(env, args.workers, args.web)
     stats_dir = tempfile.mkdtemp(prefix="sn-fleet-bench-")
-    fleet = None
+    fleet, phases = None, None
     try:
         wait_for_tree_idle(timeout_s=300)
-        started = time.monotonic()
-        fleet = start_fleet(
-            env, port=PORT, agents=args.agents, processes=args.processes,
-            load_interval_s=60, stats_dir=stats_dir,
-        )  # fmt: skip
-        connect_s = time.monotonic() - started
-        print(f"{'connect':>34}: {args.agents} agents logged in and advertised in {connect_s:.1f} s"
-              f" ({args.agents / connect_s:.0f} per second)", flush=True)  # fmt: skip
+        fleet, phases = connect_fleet(args, env, console, stats_dir)
         wait_for_tree_idle(timeout_s=300)
         iis = Client.objects.filter(name__startswith="web-", attribute_values__name="software",
                                     attribute_values__value="IIS").count()  # fmt: skip
-        publish_rounds(args.rounds, args.agents, iis)
+        rounds = partial(publish_rounds, args.rounds, args.agents, iis)
+        phases.measure("rounds (alert, command)", rounds)
         ids = list(Client.objects.filter(name__startswith="web-").values_list("id", flat=True))
-        push_baseline(args.rounds, ids)
+        phases.measure("baseline (bare pushes)", lambda: push_baseline(args.rounds, ids))
     finally:
-        for process in [fleet, *console]:
-            if process is not None:
-                process.terminate()
-        for process in [fleet, *console]:
-            if process is not None:
-                process.wait(timeout=60)
+        stop([fleet])  # first: its agents write what they received as they stop
+        stop(console)
+    report(args, stats_dir, iis, phases)
+
+
+def connect_fleet(args, env, console, stats_dir):
+    """Start the fleet, print how fast it logged in and advertised; the fleet and the
+    phases' CPU accounting (whose first phase this is)."""
+    parts = {
+        "web": [p.pid for p in console[: args.web]],
+        "workers": [p.pid for p in console[args.web :]],
+        "fleet": [],
+        "pg+redis": server_pids(),
+        "bench": [os.getpid()],
+    }
+    phases, reports = Phases(parts), []
+
+    def start():
+        fleet = start_fleet(
+            env, port=PORT, agents=args.agents, processes=args.processes, load_interval_s=60,
+            stats_dir=stats_dir, reports=reports,
+        )  # fmt: skip
+        parts["fleet"].append(fleet.pid)  # all its CPU time is this phase's
+        return fleet
+
+    started = time.monotonic()
+    fleet = phases.measure("connect (login, advertise)", start)
+    wall_s = time.monotonic() - started
+    login_s = max(r["login_s"] for r in reports)
+    connect_s = max(r["connect_s"] for r in reports)
+    print(f"{'logins':>34}: {args.agents} agents logged in at once in {login_s:.2f} s"
+          f" ({args.agents / login_s:.0f} per second)", flush=True)  # fmt: skip
+    print(f"{'connect':>34}: logged in and advertised in {connect_s:.2f} s"
+          f" ({args.agents / connect_s:.0f} per second; {wall_s:.1f} s with provisioning)",
+          flush=True)  # fmt: skip
+    print(f"{'sockets per web process':>34}: {sockets_per_process()}", flush=True)
+    return fleet, phases
+
+
+def sockets_per_process() -> list[int]:
+    """How the agents' connections spread over the web processes, as the channel
+    layer's groups have them (a channel's name before its '!' names its process)."""
+    import redis
+
+    server, counts = redis.Redis.from_url(os.environ["REDIS_URL"]), {}
+    for key in server.scan_iter("sn-channels:group:client.*", count=1000):
+        for member in server.zrange(key, 0, -1):
+            process = member.split(b"!")[0]
+            counts[process] = counts.get(process, 0) + 1
+    return sorted(counts.values())
+
+
+def stop(processes: list) -> None:
+    """Terminate, and kill with their children those still there a minute later."""
+    for process in processes:
+        if process is not None:
+            process.terminate()
+    for process in processes:
+        if process is None:
+            continue
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            print(f"  warning: {process.args[:3]} did not stop; killed", flush=True)
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def report(args, stats_dir: str, iis: int, phases) -> None:
     found = latencies(stats_dir)
     alert = describe("alert to every agent", found.get("alert", []), args.agents, args.rounds)
     describe(f"command to {iis} agents (IIS)", found.get("command", []), iis, args.rounds)
@@ -187,6 +317,12 @@ def run(args, env: dict[str, str]) -> None:
                     args.rounds)  # fmt: skip
     print(f"{'alert / baseline':>34}: p95 x{alert['p95'] / base['p95']:.1f}, "
           f"median x{alert['median'] / base['median']:.1f}")  # fmt: skip
+    for label, (tree, push) in split_latencies(stats_dir).items():
+        for part, values in ((f"{label}: publish -> push sent", tree),
+                             (f"{label}: push sent -> receipt", push)):  # fmt: skip
+            describe(part, values, len(values), 1)
+    if phases is not None:
+        phases.print()
 
 
 def main() -> None:

@@ -32,10 +32,12 @@ def start_fleet(
     processes: int,
     load_interval_s: float,
     stats_dir: str,
+    reports: list[dict] | None = None,
     **output,
 ) -> subprocess.Popen:
     """The fleet simulator's agents against the console on `port`, returned once every
-    agent has logged in and advertised its model (each process says so in a JSON line)."""
+    agent has logged in and advertised its model (each process says so in a JSON line,
+    with how long its logins and its whole start took: added to `reports`)."""
     argv = [
         sys.executable,
         str(ROOT / "manage.py"),
@@ -58,13 +60,46 @@ def start_fleet(
         if not line:
             raise RuntimeError("the fleet simulator stopped before its agents were ready")
         if line.startswith("{"):
-            ready += json.loads(line)["ready"]
+            report = json.loads(line)
+            ready += report["ready"]
+            if reports is not None:
+                reports.append(report)
     return fleet
 
 
 def fleet_stats(stats_dir: str) -> list[dict]:
     """What each fleet process wrote when it stopped (broker/fleet.py)."""
     return [json.loads(p.read_text()) for p in Path(stats_dir).glob("fleet-stats-*.json")]
+
+
+def cpu_seconds(pids: list[int], *, children: bool = True) -> float:
+    """CPU time (user + system, all threads) of these processes and, with `children`,
+    of their descendants, gone ones included (a process's waited-for children count in
+    its own figures), as Linux's /proc has it."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats = _proc_stats()
+    wanted, total = set(pids), 0.0
+    while wanted:
+        total += sum(stats[pid][1 if children else 2] for pid in wanted if pid in stats) / tick
+        if not children:
+            break
+        wanted = {pid for pid, (ppid, _, _) in stats.items() if ppid in wanted}
+    return total
+
+
+def _proc_stats() -> dict[int, tuple[int, int, int]]:
+    """{pid: (parent pid, ticks with its waited-for children, ticks of its own)}."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                text = (entry / "stat").read_text()
+                fields = [int(f) for f in text.rsplit(")", 1)[1].split()[1:15]]
+            except (OSError, ValueError):
+                continue
+            own = fields[10] + fields[11]
+            found[int(entry.name)] = (fields[0], own + fields[12] + fields[13], own)
+    return found
 
 
 def provide_services(env: dict[str, str], folder: Path = ROOT / "var" / "bench") -> list:

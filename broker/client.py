@@ -118,12 +118,14 @@ class _Session:
             self.ended.set_result(error)
 
     async def close(self) -> None:
+        # Ended first: a task that loops while the session lasts (the heartbeat) then
+        # stops even if its cancellation is lost on the way.
+        self.end(ConnectionError("the session was closed"))
         for task in self.tasks:
             task.cancel()
         with contextlib.suppress(Exception):
             await self.socket.close()
         await asyncio.gather(*self.tasks, return_exceptions=True)
-        self.end(ConnectionError("the session was closed"))
 
 
 class Agent:
@@ -207,7 +209,8 @@ class Agent:
         if self.connected and (self.position or 0) > self._confirmed:
             # So that the server's record is current; but closing must not hang on it.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._confirm(), CLOSE_CONFIRM_TIMEOUT_S)
+                async with asyncio.timeout(CLOSE_CONFIRM_TIMEOUT_S):
+                    await self._confirm()
         await self._end_session()
 
     async def _end_session(self) -> None:
@@ -225,7 +228,10 @@ class Agent:
         session.pending[ref] = future
         try:
             await session.socket.send(json.dumps({**frame, "ref": ref}))
-            return await asyncio.wait_for(future, REQUEST_TIMEOUT_S)
+            # Not asyncio.wait_for: before Python 3.12 it swallows a cancellation that
+            # comes as the answer does, and a stopped agent would carry on.
+            async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                return await future
         finally:
             session.pending.pop(ref, None)
 
@@ -443,10 +449,12 @@ async def _next_unless_ended(queue: asyncio.Queue, ended: asyncio.Future) -> Any
     except asyncio.CancelledError:
         getter.cancel()  # the caller was cancelled: leave no task behind
         raise
-    if not getter.done():
-        getter.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        return await getter  # it may have taken an item just as it was cancelled
+    if getter.done():
+        return getter.result()
+    # Not awaited: a cancellation of the caller arriving while it waited for the
+    # getter to finish cancelling would have been taken for the getter's own, and
+    # lost. A cancelled getter leaves its item, if one came, in the queue.
+    getter.cancel()
     return None
 
 

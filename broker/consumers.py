@@ -3,11 +3,17 @@
 One connection is one client session. Nothing but `login` is accepted until a token
 has been checked; after that the connection joins the channel-layer group of that
 client, and only that one, so it receives exactly that client's deliveries.
+
+Live pushes reach the socket through the process's local fan-out
+(broker.channel_layer): one task writes a push to all of the process's sockets, no
+consumer is woken for it. They are held while a replay is being sent, so that a
+replay is never interleaved with live notifications.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -15,6 +21,8 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
+import orjson
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -22,14 +30,10 @@ from django.conf import settings
 from broker import protocol
 from broker.audit import Actor
 from broker.errors import AuthenticationFailed, BrokerError, InvalidInput
+from broker.notify import MESSAGE_TYPE as PUSH_TYPE
 from broker.notify import client_group
 from broker.protocol import Request
-from broker.selectors import (
-    deliveries_to_replay,
-    live_token,
-    position_after_delivery,
-    stream_of,
-)
+from broker.selectors import deliveries_to_replay, stream_of
 from broker.services import agents, presence
 
 # Database work runs in a thread pool: Channels' default (one thread for every
@@ -47,6 +51,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         self.client = None
         self.actor: Actor | None = None
+        self.group: str | None = None  # the client group joined, from the login on
+        self.held_pushes: list[dict] | None = None  # while a replay is being sent
         self.bucket = protocol.TokenBucket()
         self.refused_frames = 0
         self.stalled: tuple[int, float] | None = None  # (confirmed position, since when)
@@ -58,10 +64,21 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.login_deadline.cancel()
+        self.channel_layer.stop_delivering_locally(self.channel_name, PUSH_TYPE)
         if self.session_recorded:
             self._record_presence(presence.session_closed)
-        if self.client is not None:
-            await self.channel_layer.group_discard(client_group(self.client.id), self.channel_name)
+        if self.group is not None:  # even after half a login
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def dispatch(self, message: dict) -> None:
+        """As Channels' dispatch, without closing the database connections of its one
+        shared sync thread before every frame: that is a round trip to that thread per
+        frame, every consumer of the process in one queue, and this consumer's database
+        work runs in `in_thread`, which closes its own connections."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None):
         try:
@@ -127,7 +144,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self.close(code=protocol.CLOSE_LOGIN_TIMEOUT)
 
     async def _send(self, frame: dict) -> None:
-        await self.send(text_data=json.dumps(frame, separators=(",", ":")))
+        await self.base_send({"type": "websocket.send", "text": _encoded(frame)})
 
     # Requests -----------------------------------------------------------------------
 
@@ -140,28 +157,50 @@ class AgentConsumer(AsyncWebsocketConsumer):
             "after", int, "a whole number, the last delivery id received", None
         )
         peer = "{}:{}".format(*(self.scope.get("client") or ("?", "?")))
-        self.client = await in_thread(agents.authenticate_agent)(token=token, peer=peer)
-        self.actor = Actor("client", self.client.name)
-        self.token = token
-        try:
-            await self._start_session(request.ref, after, legacy_after)
-        except Exception:
-            # Half a login (say Redis failed to join the group) is no login: the agent
-            # is told to try again later (1013), not left without its live stream.
-            self.client = self.actor = None
-            raise
+        # From the join on, pushes come through the local fan-out and wait for the
+        # replay. Half a login (say Redis failed to join the group) is no login: the
+        # agent is told to try again later (1013), not left without its live stream.
+        self.channel_layer.deliver_locally(self.channel_name, PUSH_TYPE, self._pushed)
+        async with self._pushes_held():
+            opened = await in_thread(agents.start_session)(
+                token=token,
+                peer=peer,
+                after_position=after,
+                after_delivery=legacy_after,
+                join=self._join_blocking,
+            )
+            self.client, self.token = opened.client, token
+            self.actor = Actor("client", self.client.name)
+            try:
+                await self._send(self._welcome(request.ref, opened.last_position))
+                await self._replay(
+                    opened.after_position, request.ref, opened.last_position, opened.first_page
+                )
+            except Exception:
+                self.client = self.actor = None
+                raise
         self.login_deadline.cancel()
         self.session_recorded = True
         self._record_presence(presence.session_opened, peer=peer)
 
-    async def _start_session(self, ref: Any, after: int | None, legacy_after: int | None):
-        if after is None and legacy_after is not None:
-            after = await in_thread(position_after_delivery)(self.client, legacy_after)
-        # Join before reading what is pending, so that nothing falls in between.
-        await self.channel_layer.group_add(client_group(self.client.id), self.channel_name)
-        through = await in_thread(_last_position)(self.client)
-        await self._send(self._welcome(ref, through))
-        await self._replay(after, ref, through)
+    def _join_blocking(self, client_id: int) -> None:
+        """Join the client's group (from the login's worker thread)."""
+        self.group = client_group(client_id)  # first: a push may follow the join at once
+        self.channel_layer.group_add_blocking(self.group, self.channel_name)
+
+    @contextlib.asynccontextmanager
+    async def _pushes_held(self):
+        """Hold live pushes while the body sends a replay, then send them (those the
+        replay already sent come twice; the agent drops the repeats). A body that
+        fails without a session drops them."""
+        self.held_pushes = []
+        try:
+            yield
+        finally:
+            held, self.held_pushes = self.held_pushes, None
+            if self.client is not None:
+                for message in held:
+                    await self._pushed(message)
 
     def _welcome(self, ref: Any, last_position: int) -> dict:
         return {
@@ -179,27 +218,35 @@ class AgentConsumer(AsyncWebsocketConsumer):
             },
         }
 
-    async def _replay(self, after: int | None, ref: Any, through: int | None = None) -> None:
+    async def _replay(
+        self,
+        after: int | None,
+        ref: Any,
+        through: int | None = None,
+        first_page: list[dict] | None = None,
+    ) -> None:
         """Send what the client missed, in position order, up to the stream's end as
-        it is now; then say how far that went (positions up to it that were not sent
-        are gone: expired or, without a cursor, answered). Live pushes follow."""
+        it is now (or `through`, with `first_page` already read); then say how far
+        that went (positions up to it that were not sent are gone: expired or,
+        without a cursor, answered). Live pushes follow."""
         if through is None:
             through = await in_thread(_last_position)(self.client)
-        cursor, count = after or 0, 0
+        cursor, count, items = after or 0, 0, first_page
         while cursor < through:
-            items = await in_thread(deliveries_to_replay)(
-                self.client,
-                after_position=cursor,
-                through=through,
-                unanswered_only=after is None,
-                limit=protocol.REPLAY_PAGE,
-            )
+            if items is None:
+                items = await in_thread(deliveries_to_replay)(
+                    self.client,
+                    after_position=cursor,
+                    through=through,
+                    unanswered_only=after is None,
+                    limit=protocol.REPLAY_PAGE,
+                )
             for item in items:
                 await self._notify(item, replay=True)
             count += len(items)
             if len(items) < protocol.REPLAY_PAGE:
                 break
-            cursor = items[-1]["position"]
+            cursor, items = items[-1]["position"], None
         await self._send({"type": "replayed", "ref": ref, "count": count, "through": through})
 
     async def on_advertise(self, request: Request) -> dict:
@@ -249,20 +296,23 @@ class AgentConsumer(AsyncWebsocketConsumer):
             "position", int, "a whole number, the last position the agent has"
         )
         # The confirmation is also the heartbeat: the token is checked again, so that a
-        # revocation whose notice was lost (Redis down) still ends the session.
-        if await in_thread(live_token)(self.token) is None:
+        # revocation whose notice was lost (Redis down) still ends the session; and the
+        # group joined again, since a Redis that restarted has forgotten it.
+        stream = await in_thread(agents.confirm_while_live)(
+            token=self.token,
+            client=self.client,
+            position=position,
+            actor=self.actor,
+            join=self._join_blocking,
+        )
+        if stream is None:
             await self.session_revoked({})
             return None
-        stream = await in_thread(agents.confirm)(
-            client=self.client, position=position, actor=self.actor
-        )
-        # Joined again at every confirmation (the agent's heartbeat): a Redis that
-        # restarted has forgotten the group, and live pushes resume with this.
-        await self.channel_layer.group_add(client_group(self.client.id), self.channel_name)
         if self._stalled_long(stream.confirmed_position, stream.last_position):
             # An agent that confirms but does not ask again for what it lacks (or whose
             # request was lost) is sent it anyway.
-            await self._replay(stream.confirmed_position, None)
+            async with self._pushes_held():
+                await self._replay(stream.confirmed_position, None)
         return {
             "type": "ok",
             "last_position": stream.last_position,
@@ -285,7 +335,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
         return True
 
     async def on_resend(self, request: Request) -> None:
-        await self._replay(_after_position(request, required=True), request.ref)
+        after = _after_position(request, required=True)
+        async with self._pushes_held():
+            await self._replay(after, request.ref)
 
     async def on_heartbeat(self, request: Request) -> dict:
         self._seen()
@@ -322,10 +374,19 @@ class AgentConsumer(AsyncWebsocketConsumer):
     # Channel-layer messages ---------------------------------------------------------
 
     async def deliveries_push(self, message: dict) -> None:
-        """New deliveries of this client, pushed by its leaf after they committed."""
+        """New deliveries of this client, pushed by its leaf after they committed (the
+        local fan-out calls `_pushed` directly; this serves a message queued anyway)."""
+        await self._pushed(message)
+
+    async def _pushed(self, message: dict) -> None:
         # Sent as they come: a push that crosses a replay arrives twice, and the agent
         # drops the repeat by its position (docs/protocol.md, "The delivery contract").
-        for item in message["groups"].get(client_group(self.client.id), []):
+        if self.held_pushes is not None:
+            self.held_pushes.append(message)
+            return
+        if self.client is None:  # not (or no longer) logged in
+            return
+        for item in message["groups"].get(self.group, ()):
             await self._notify(item, replay=False)
 
     async def session_revoked(self, message: dict) -> None:
@@ -335,6 +396,16 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def _notify(self, item: dict, *, replay: bool) -> None:
         await self._send({"type": "notification", **item, "replay": replay})
+
+
+def _encoded(frame: dict) -> str:
+    """The frame as compact JSON text: orjson, several times faster than the standard
+    library, for the pushes to thousands of sockets; the standard library for what
+    orjson refuses (an integer `ref` beyond 64 bits)."""
+    try:
+        return orjson.dumps(frame).decode()
+    except TypeError:
+        return json.dumps(frame, separators=(",", ":"))
 
 
 def _after_position(request: Request, *, required: bool) -> int | None:

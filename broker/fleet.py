@@ -29,7 +29,12 @@ from websockets.exceptions import WebSocketException
 
 from broker.client import Agent, Notification, Result, SessionEnded
 
-CONNECT_SPREAD_S = 0.002  # between two agents' connections, so as not to stampede
+# Between two agents' first connections, so as not to stampede: at most 2,000 a second
+# per process, well above what a console serves.
+CONNECT_SPREAD_S = 0.0005
+# How long a stopped fleet waits for what is left (background updates, closing
+# handshakes with a console that may be stopping too) before it exits anyway.
+FINISH_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -43,6 +48,7 @@ class SimulatedServer:
     rng: random.Random
     stopped: bool = False
     latencies_ms: list[tuple[str, float]] = field(default_factory=list)
+    receipts: list[tuple[str, int, float]] = field(default_factory=list)  # label, delivery, at
     received: list[tuple] = field(default_factory=list)  # as the application saw them
     agent: Agent | None = None
 
@@ -50,10 +56,13 @@ class SimulatedServer:
     def hostname(self) -> str:
         return self.values["hostname"]
 
-    async def start(self) -> None:
-        """Connect, log in and advertise the whole model."""
+    async def log_in(self) -> None:
+        """Connect and log in."""
         self.agent = Agent(self.url, self.token, observer=self.arrived)
         await self.agent.connect()
+
+    async def advertise(self) -> None:
+        """State the whole model."""
         await self.agent.advertise(self.values)
 
     async def live(self) -> None:
@@ -70,8 +79,9 @@ class SimulatedServer:
         """Benchmark events carry their publish time: how long they took to get here."""
         sent_at = notification.content.get("sent_at")
         if isinstance(sent_at, int | float):
-            ms = (time.time() - sent_at) * 1000
-            self.latencies_ms.append((str(notification.content.get("bench", "")), ms))
+            now, label = time.time(), str(notification.content.get("bench", ""))
+            self.latencies_ms.append((label, (now - sent_at) * 1000))
+            self.receipts.append((label, notification.delivery, now))
 
     def obey(self, notification: Notification) -> Result | None:
         content = notification.content
@@ -118,16 +128,23 @@ class SimulatedServer:
 
 
 async def run_fleet(spec: dict) -> list[SimulatedServer]:
-    """Start every agent of `spec`, report when all are connected, then live."""
+    """Start every agent of `spec`: all log in, then all advertise (each phase timed,
+    so that logins are measured alone); report when all are ready, then live."""
     rng = random.Random(spec.get("seed", 1))
     servers = [
         SimulatedServer(spec["url"], a["token"], dict(a["values"]), spec["load_interval_s"], rng)
         for a in spec["agents"]
     ]
     started = time.monotonic()
-    await asyncio.gather(*(_start_later(s, i * CONNECT_SPREAD_S) for i, s in enumerate(servers)))
-    elapsed = time.monotonic() - started
-    print(json.dumps({"ready": len(servers), "connect_s": round(elapsed, 3)}), flush=True)
+    await asyncio.gather(*(_log_in_later(s, i * CONNECT_SPREAD_S) for i, s in enumerate(servers)))
+    logged_in = time.monotonic()
+    await asyncio.gather(*(_advertise(s) for s in servers))
+    ready = {
+        "ready": len(servers),
+        "login_s": round(logged_in - started, 3),
+        "connect_s": round(time.monotonic() - started, 3),
+    }
+    print(json.dumps(ready), flush=True)
     lives = [asyncio.create_task(s.live()) for s in servers]
     try:
         await asyncio.gather(*lives)
@@ -139,13 +156,28 @@ async def run_fleet(spec: dict) -> list[SimulatedServer]:
     return servers
 
 
-async def _start_later(server: SimulatedServer, delay_s: float) -> None:
-    """Start one agent; while the console is not up yet, try again, as a node would."""
+async def _log_in_later(server: SimulatedServer, delay_s: float) -> None:
+    """Log one agent in; while the console is not up yet, try again, as a node would."""
     await asyncio.sleep(delay_s)
+    await _retrying(server, server.log_in)
+
+
+async def _advertise(server: SimulatedServer) -> None:
+    """Advertise one agent's model; a session lost meanwhile is opened again."""
+
+    async def again() -> None:
+        if not server.agent.connected:
+            await server.agent.connect()
+        await server.advertise()
+
+    await _retrying(server, again)
+
+
+async def _retrying(server: SimulatedServer, attempt) -> None:
     backoff = 0.5
     while True:
         try:
-            await server.start()
+            await attempt()
             return
         except (OSError, TimeoutError, WebSocketException) as error:
             print(f"[fleet] {server.hostname}: {error}; again in {backoff:.1f} s", file=sys.stderr)
@@ -155,12 +187,13 @@ async def _start_later(server: SimulatedServer, delay_s: float) -> None:
 
 def _finish_tasks(loop: asyncio.AbstractEventLoop) -> None:
     """Cancel and wait for what is left (background updates, timers), so that the
-    loop closes without tasks destroyed while pending."""
+    loop closes without tasks destroyed while pending; but not forever: a stopped
+    fleet exits."""
     left = asyncio.all_tasks(loop)
     for task in left:
         task.cancel()
     if left:
-        loop.run_until_complete(asyncio.wait(left))
+        loop.run_until_complete(asyncio.wait(left, timeout=FINISH_TIMEOUT_S))
 
 
 def _once(action):
@@ -194,6 +227,7 @@ def main(argv: list[str]) -> int:
             json.dump(
                 {
                     "latencies": [pair for s in servers for pair in s.latencies_ms],
+                    "receipts": [item for s in servers for item in s.receipts],
                     "received": [item for s in servers for item in s.received],
                     "repeats_dropped": sum(s.agent.duplicates for s in servers if s.agent),
                 },

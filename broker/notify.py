@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 MESSAGE_TYPE = "deliveries.push"
 
@@ -92,7 +95,19 @@ def _push_loop() -> asyncio.AbstractEventLoop:
 async def _send_all(by_receiver: dict[int, list[dict]]) -> None:
     # One Redis message per receiving process, whatever the number of receivers.
     payloads = {client_group(receiver): items for receiver, items in by_receiver.items()}
-    await get_channel_layer().group_send_each(payloads, message_type=MESSAGE_TYPE)
+    sent_at = time.time()
+    layer = get_channel_layer()
+    await layer.group_send_each(payloads, message_type=MESSAGE_TYPE)
+    if settings.PUSH_LOG_KEY:
+        await _log_push(layer, sent_at, by_receiver)
+
+
+async def _log_push(layer, sent_at: float, by_receiver: dict[int, list[dict]]) -> None:
+    """For benchmarks (settings.PUSH_LOG_KEY): when this push was sent, and with
+    which deliveries."""
+    deliveries = [item["delivery"] for items in by_receiver.values() for item in items]
+    entry = orjson.dumps({"sent_at": sent_at, "deliveries": deliveries})
+    await layer.connection(0).rpush(settings.PUSH_LOG_KEY, entry)
 
 
 def end_sessions_of(client_ids: list[int]) -> None:

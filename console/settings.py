@@ -146,6 +146,11 @@ X_FRAME_OPTIONS = "DENY"
 # deployment may keep this traffic off the Redis that queues the tree's tasks.
 CHANNEL_LAYER_URL = check_redis_url("CHANNEL_LAYER_URL", env_str("CHANNEL_LAYER_URL", REDIS_URL))
 
+# Benchmarks only: a Redis list (on the channel layer's Redis) where every push of
+# deliveries records when it was sent and which deliveries it carried, so that a
+# delivery's latency splits into the tree's part and the push's. Empty: not recorded.
+PUSH_LOG_KEY = env_str("PUSH_LOG_KEY", "")
+
 CHANNEL_LAYERS = {
     "default": {
         # channels_redis' layer, plus one message per process for a many-receiver push.

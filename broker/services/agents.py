@@ -7,13 +7,20 @@ particular to a session (its login, a complete advertisement, compact answers).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from broker import audit
+from broker import audit, protocol
 from broker.audit import Actor
 from broker.errors import InvalidInput
 from broker.models import Client, ReceiverStream
+from broker.selectors import (
+    deliveries_to_replay,
+    position_after_delivery,
+    stream_if_live,
+    stream_of,
+)
 from broker.services.clients import authenticate_client, state_attributes
 from broker.services.deliveries import acknowledge_delivery, confirm_receipt
 from broker.services.events import publish_event
@@ -26,6 +33,51 @@ def authenticate_agent(*, token: str, peer: str) -> Client:
         actor=Actor("agent", peer), action="agent.login", target="agent-socket"
     ):
         return authenticate_client(token)
+
+
+@dataclass(frozen=True)
+class OpenedSession:
+    """What a login needs to answer: the client, the end of its stream when the
+    session joined its live pushes, where the replay starts, and its first page."""
+
+    client: Client
+    last_position: int
+    after_position: int | None
+    first_page: list[dict]
+
+    @property
+    def unanswered_only(self) -> bool:
+        """A new agent (no position) is sent only what it has not answered."""
+        return self.after_position is None
+
+
+def start_session(
+    *,
+    token: str,
+    peer: str,
+    after_position: int | None,
+    after_delivery: int | None,
+    join: Callable[[int], None],
+) -> OpenedSession:
+    """A login in one round trip: check the token, `join` the client's live pushes
+    (given its id), then read the stream's end and the first page to replay. Joining
+    comes before the reads, so that nothing falls between the replay and the live
+    pushes (a push crossing the replay comes twice; the agent drops the repeat)."""
+    client = authenticate_agent(token=token, peer=peer)
+    join(client.pk)
+    if after_position is None and after_delivery is not None:
+        after_position = position_after_delivery(client, after_delivery)
+    last = stream_of(client).last_position
+    first_page = []
+    if (after_position or 0) < last:
+        first_page = deliveries_to_replay(
+            client,
+            after_position=after_position or 0,
+            through=last,
+            unanswered_only=after_position is None,
+            limit=protocol.REPLAY_PAGE,
+        )
+    return OpenedSession(client, last, after_position, first_page)
 
 
 def advertise(*, client: Client, values: Mapping[str, Any], actor: Actor) -> None:
@@ -95,3 +147,24 @@ def acknowledge(
 def confirm(*, client: Client, position: Any, actor: Actor) -> ReceiverStream:
     """The agent has every delivery up to `position`."""
     return confirm_receipt(client=client, position=position, actor=actor)
+
+
+def confirm_while_live(
+    *, token: str, client: Client, position: Any, actor: Actor, join: Callable[[int], None]
+) -> ReceiverStream | None:
+    """The agent's confirmation, which is also its heartbeat, in one round trip: None
+    if its token no longer lets it in (a revocation whose notice was lost ends the
+    session here); else `join` its live pushes again (a Redis that restarted has
+    forgotten them) and confirm `position`. An idle agent confirming what it
+    confirmed before costs one statement."""
+    stream = stream_if_live(token, client)
+    if stream is None:
+        return None
+    join(client.pk)
+    if _whole(position) and position <= stream.confirmed_position:
+        return stream
+    return confirm_receipt(client=client, position=position, actor=actor)
+
+
+def _whole(position: Any) -> bool:
+    return isinstance(position, int) and not isinstance(position, bool) and position >= 0

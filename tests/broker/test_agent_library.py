@@ -215,3 +215,51 @@ def test_an_answer_refused_for_good_does_not_stop_the_agent():
     server.on_ack = on_ack
     taken = run(received_by_application(server, 2, answer=("ok", None)))
     assert [n.position for n in taken] == [1, 2] and len(server.logins) == 1
+
+
+def test_cancelling_an_agent_waiting_as_its_session_ends_is_never_swallowed():
+    # A fleet stopped while the console stops too: its agents' sessions end at the
+    # moment they are cancelled. A cancellation lost there left the agent reconnecting
+    # forever, and the fleet process hanging on its way out.
+    async def cancelled_after(yields: int) -> bool:
+        """True if the wait, cancelled after `yields` turns of the loop, raised."""
+        queue, ended = asyncio.Queue(), asyncio.get_running_loop().create_future()
+        waiting = asyncio.create_task(library._next_unless_ended(queue, ended))
+        await asyncio.sleep(0)
+        ended.set_result(ConnectionError("closed"))
+        for _ in range(yields):
+            await asyncio.sleep(0)
+        if not waiting.cancel():
+            return True  # it had returned already: nothing to swallow
+        try:
+            await waiting
+        except asyncio.CancelledError:
+            return True
+        return False
+
+    async def every_moment() -> list[bool]:
+        return [await cancelled_after(yields) for yields in range(8)]
+
+    assert all(run(every_moment()))
+
+
+def test_cancelling_a_request_as_its_answer_arrives_is_never_swallowed():
+    class Socket:
+        async def send(self, text: str) -> None:
+            pass
+
+    async def scenario() -> bool:
+        agent = Agent("ws://unused/", "snt_test")
+        agent._session = library._Session(Socket())
+        asking = asyncio.create_task(agent.heartbeat())
+        await asyncio.sleep(0)
+        (future,) = agent._session.pending.values()
+        future.set_result({"type": "heartbeat"})
+        asking.cancel()
+        try:
+            await asking
+        except asyncio.CancelledError:
+            return True
+        return False
+
+    assert run(scenario())
