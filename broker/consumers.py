@@ -16,16 +16,18 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import time
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
 import orjson
+from asgiref.sync import SyncToAsync
 from channels.consumer import get_handler_name
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.db import close_old_connections, connections
 
 from broker import protocol
 from broker.audit import Actor
@@ -36,9 +38,37 @@ from broker.protocol import Request
 from broker.selectors import deliveries_to_replay, stream_of
 from broker.services import agents, presence
 
+# How often a thread of the pool checks its database connection (a round trip) before
+# using it. Channels checks before every call: a second round trip for most requests.
+CONNECTION_CHECK_EVERY_S = 1.0
+_checked = threading.local()
+
+
+class _DatabaseWork(SyncToAsync):
+    """Channels' `database_sync_to_async`, checking connections at most once a second
+    per thread instead of before every call: a connection that broke meanwhile fails
+    one request (the agent retries it) and is dropped right after it."""
+
+    def thread_handler(self, loop, *args, **kwargs):
+        now = time.monotonic()
+        if now - getattr(_checked, "at", -CONNECTION_CHECK_EVERY_S) >= CONNECTION_CHECK_EVERY_S:
+            close_old_connections()
+            _checked.at = now
+        try:
+            return super().thread_handler(loop, *args, **kwargs)
+        finally:
+            _drop_failed_connections()
+
+
+def _drop_failed_connections() -> None:
+    for connection in connections.all(initialized_only=True):
+        if connection.errors_occurred or connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()
+
+
 # Database work runs in a thread pool: Channels' default (one thread for every
 # consumer of the process) would queue a whole fleet behind each query.
-in_thread = partial(database_sync_to_async, thread_sensitive=False)
+in_thread = partial(_DatabaseWork, thread_sensitive=False)
 logger = logging.getLogger(__name__)
 # Presence writes running in the background: kept here so that they are not collected
 # before they finish (the event loop holds tasks only weakly).

@@ -400,28 +400,14 @@ def _vocabulary_stamp() -> tuple:
 def live_token(token: str) -> ClientToken | None:
     """The token's record if it still lets its client in (not revoked, client active):
     the one rule for logging in and for staying logged in."""
-    return _live_tokens(token).select_related("client__model").first()
+    return live_tokens(token).select_related("client__model").first()
 
 
-def _live_tokens(token: str):
+def live_tokens(token: str):
+    """The token's records that still let their client in (live_token's rule)."""
     return ClientToken.objects.filter(
         key_hash=key_digest(token), revoked_at__isnull=True, client__is_active=True
     )
-
-
-def stream_if_live(token: str, client: Client) -> ReceiverStream | None:
-    """The client's stream (unsaved if it has none yet) while `token` still lets it in
-    (live_token's rule), else None: one statement, for an agent's heartbeat."""
-    found = (
-        _live_tokens(token)
-        .filter(client=client)
-        .values_list("client__stream__last_position", "client__stream__confirmed_position")
-        .first()
-    )
-    if found is None:
-        return None
-    last, confirmed = found
-    return ReceiverStream(client=client, last_position=last or 0, confirmed_position=confirmed or 0)
 
 
 # ---------------------------------------------------------------------------

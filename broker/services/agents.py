@@ -18,11 +18,14 @@ from broker.models import Client, ReceiverStream
 from broker.selectors import (
     deliveries_to_replay,
     position_after_delivery,
-    stream_if_live,
     stream_of,
 )
 from broker.services.clients import authenticate_client, state_attributes
-from broker.services.deliveries import acknowledge_delivery, confirm_receipt
+from broker.services.deliveries import (
+    acknowledge_delivery,
+    confirm_receipt,
+    confirm_receipt_while_live,
+)
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
 
@@ -152,19 +155,11 @@ def confirm(*, client: Client, position: Any, actor: Actor) -> ReceiverStream:
 def confirm_while_live(
     *, token: str, client: Client, position: Any, actor: Actor, join: Callable[[int], None]
 ) -> ReceiverStream | None:
-    """The agent's confirmation, which is also its heartbeat, in one round trip: None
-    if its token no longer lets it in (a revocation whose notice was lost ends the
-    session here); else `join` its live pushes again (a Redis that restarted has
-    forgotten them) and confirm `position`. An idle agent confirming what it
-    confirmed before costs one statement."""
-    stream = stream_if_live(token, client)
-    if stream is None:
-        return None
-    join(client.pk)
-    if _whole(position) and position <= stream.confirmed_position:
-        return stream
-    return confirm_receipt(client=client, position=position, actor=actor)
-
-
-def _whole(position: Any) -> bool:
-    return isinstance(position, int) and not isinstance(position, bool) and position >= 0
+    """The agent's confirmation, which is also its heartbeat: None if its token no
+    longer lets it in (a revocation whose notice was lost ends the session here); else
+    confirm `position` and `join` its live pushes again (a Redis that restarted has
+    forgotten them)."""
+    stream = confirm_receipt_while_live(token=token, client=client, position=position, actor=actor)
+    if stream is not None:
+        join(client.pk)
+    return stream

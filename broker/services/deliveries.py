@@ -13,6 +13,7 @@ from broker import announcements, audit
 from broker.audit import Actor
 from broker.errors import InvalidInput, NotFound
 from broker.models import Client, Delivery, ReceiverStream
+from broker.selectors import live_tokens
 
 MAX_RESULT_BYTES = 16 * 1024
 ACK_STATUSES = {"ok": Delivery.State.ACKED, "failed": Delivery.State.FAILED}
@@ -99,6 +100,69 @@ def confirm_receipt(*, client: Client, position: Any, actor: Actor) -> ReceiverS
                 stream.confirmed_position = position
                 stream.save(update_fields=["confirmed_position"])
     return stream
+
+
+# A heartbeat in one statement: the token's check (selectors.live_tokens), the stream's
+# end, the deliveries marked received and the stream's new confirmed position. The
+# confirmed position only grows: the UPDATE checks it again on the row it locks.
+CONFIRM_WHILE_LIVE = """
+WITH live AS ({live}),
+stream AS (
+    SELECT coalesce(max(last_position), 0) AS last_position,
+           coalesce(max(confirmed_position), 0) AS confirmed_position
+    FROM broker_receiverstream WHERE client_id = %s
+),
+marked AS (
+    UPDATE broker_delivery AS d SET state = 'delivered', received_at = now()
+    FROM stream
+    WHERE EXISTS (SELECT FROM live) AND d.receiver_id = %s
+      AND d.position > stream.confirmed_position AND d.position <= %s
+      AND %s <= stream.last_position AND d.state IN ('pending', 'expired')
+    RETURNING d.event_id
+),
+moved AS (
+    UPDATE broker_receiverstream SET confirmed_position = %s
+    WHERE EXISTS (SELECT FROM live) AND client_id = %s
+      AND confirmed_position < %s AND %s <= last_position
+)
+SELECT EXISTS (SELECT FROM live), stream.last_position, stream.confirmed_position,
+       ARRAY(SELECT DISTINCT event_id FROM marked)
+FROM stream
+"""
+
+
+def confirm_receipt_while_live(
+    *, token: str, client: Client, position: Any, actor: Actor
+) -> ReceiverStream | None:
+    """`confirm_receipt` for a session: None, and nothing changed, if `token` no
+    longer lets `client` in; else the stream, confirmed up to `position`."""
+    target = f"client:{client.name}"
+    with audit.refusals_recorded(actor=actor, action="delivery.confirm", target=target):
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise InvalidInput("position must be a whole number, 0 or more", field="position")
+        live, last, confirmed, events = _confirm_while_live(token, client, position)
+        if not live:
+            return None
+        if position > last:
+            raise InvalidInput(
+                f"position {position} is beyond this client's last delivery ({last})",
+                field="position",
+            )
+    if events:
+        announcements.events_changed(events)
+    confirmed = max(confirmed, position)
+    return ReceiverStream(client=client, last_position=last, confirmed_position=confirmed)
+
+
+def _confirm_while_live(token: str, client: Client, position: int) -> tuple:
+    live_sql, live_params = (
+        live_tokens(token).filter(client=client).values("client_id")[:1].query.sql_with_params()
+    )
+    params = [*live_params, client.pk, client.pk, position, position, position]
+    params += [client.pk, position, position]
+    with connection.cursor() as cursor:
+        cursor.execute(CONFIRM_WHILE_LIVE.format(live=live_sql), params)
+        return cursor.fetchone()
 
 
 def _stream(client: Client, position: int, *, lock: bool) -> ReceiverStream:

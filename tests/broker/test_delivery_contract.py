@@ -19,7 +19,11 @@ from broker.client import Agent, AgentError
 from broker.dispatch import transport
 from broker.dispatch.entry import send_unrouted_events
 from broker.models import Delivery, Event, ReceiverStream
-from broker.services.deliveries import confirm_receipt, expire_unconfirmed
+from broker.services.deliveries import (
+    confirm_receipt,
+    confirm_receipt_while_live,
+    expire_unconfirmed,
+)
 from broker.services.events import publish_event
 from tests.broker.agent_helpers import ISSUER, agent_url, wait_for
 from tests.broker.tree_helpers import wait_until_idle
@@ -149,6 +153,41 @@ def test_an_agent_cannot_confirm_beyond_its_stream(cast):
     with pytest.raises(InvalidInput) as refused:
         confirm_receipt(client=cast["server_client"], position=5, actor=ISSUER)
     assert refused.value.field == "position"
+
+
+def test_a_heartbeat_confirms_marks_received_and_never_moves_the_position_back(cast):
+    publish_event(sender=cast["controller_client"], content=COMMAND, selector=IIS_SELECTOR)
+    publish_event(sender=cast["controller_client"], content=COMMAND, selector=IIS_SELECTOR)
+    wait_until_idle()
+    client, token = cast["server_client"], cast["server"]
+    stream = confirm_receipt_while_live(token=token, client=client, position=2, actor=ISSUER)
+    assert (stream.last_position, stream.confirmed_position) == (2, 2)
+    again = confirm_receipt_while_live(token=token, client=client, position=1, actor=ISSUER)
+    assert again.confirmed_position == 2
+    assert ReceiverStream.objects.get(client=client).confirmed_position == 2
+    states = set(Delivery.objects.filter(receiver=client).values_list("state", flat=True))
+    assert states == {"delivered"}
+
+
+def test_a_heartbeat_with_a_revoked_token_changes_nothing(cast):
+    publish_event(sender=cast["controller_client"], content=COMMAND, selector=IIS_SELECTOR)
+    wait_until_idle()
+    client = cast["server_client"]
+    client.tokens.update(revoked_at=timezone.now())
+    gone = confirm_receipt_while_live(token=cast["server"], client=client, position=1, actor=ISSUER)
+    assert gone is None
+    assert Delivery.objects.get(receiver=client).state == "pending"
+
+
+def test_a_heartbeat_beyond_the_stream_is_refused_naming_the_position(cast):
+    from broker.errors import InvalidInput
+
+    for position in (5, -1, "1", True):
+        with pytest.raises(InvalidInput) as refused:
+            confirm_receipt_while_live(
+                token=cast["server"], client=cast["server_client"], position=position, actor=ISSUER
+            )
+        assert refused.value.field == "position"
 
 
 def test_publishing_again_with_the_same_idempotency_key_returns_the_first_event(asgi_server, cast):
