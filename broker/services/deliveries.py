@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from broker import announcements, audit
 from broker.audit import Actor
@@ -17,12 +18,11 @@ from broker.selectors import live_tokens
 
 MAX_RESULT_BYTES = 16 * 1024
 ACK_STATUSES = {"ok": Delivery.State.ACKED, "failed": Delivery.State.FAILED}
-ANSWERED = (Delivery.State.ACKED, Delivery.State.FAILED)
 
 
 def acknowledge_delivery(
     *, client: Client, delivery_id: Any, status: Any, result: Any = None, actor: Actor
-) -> Delivery:
+) -> None:
     """Record that `client` handled one of its deliveries, with the command's result.
 
     Acknowledging again with the same status changes nothing (agents retry after a
@@ -32,15 +32,44 @@ def acknowledge_delivery(
     with audit.refusals_recorded(actor=actor, action="delivery.ack", target=target):
         state = _checked_ack(delivery_id, status, result)
         with transaction.atomic():
-            delivery = _own_delivery(client, delivery_id)
-            if delivery.state == state and delivery.result == result:
-                return delivery
-            if delivery.state in ANSWERED:
+            found = _answer_unless_answered(client, delivery_id, state, result)
+            if found is None:
+                # Another receiver's delivery is "not found": ids reveal nothing.
+                raise NotFound(f"no delivery {delivery_id} for this client", field="delivery")
+            old_state, same_result, event_id, answered = found
+            if answered:
+                _record_answer(delivery_id, event_id, state, actor)
+            elif old_state != state or not same_result:
                 raise InvalidInput(
-                    f"delivery {delivery_id} was already answered ({delivery.state})",
+                    f"delivery {delivery_id} was already answered ({old_state})",
                     field="delivery",
                 )
-            return _record_answer(delivery, state, result, actor)
+
+
+# The answer in one statement: the delivery locked, answered unless it already was;
+# its state before, whether its result was this one, and whether this answered it.
+ANSWER_UNLESS_ANSWERED = """
+WITH old AS (
+    SELECT id, state, result, event_id FROM broker_delivery
+    WHERE id = %s AND receiver_id = %s FOR UPDATE
+),
+answered AS (
+    UPDATE broker_delivery AS d
+    SET state = %s, result = %s, acked_at = now(), received_at = coalesce(d.received_at, now())
+    FROM old WHERE d.id = old.id AND old.state NOT IN ('acked', 'failed')
+    RETURNING d.id
+)
+SELECT old.state, old.result IS NOT DISTINCT FROM %s::jsonb, old.event_id,
+       EXISTS (SELECT FROM answered)
+FROM old
+"""
+
+
+def _answer_unless_answered(client: Client, delivery_id: int, state: str, result: Any):
+    with connection.cursor() as cursor:
+        stored = None if result is None else Jsonb(result)  # no result: SQL NULL, as before
+        cursor.execute(ANSWER_UNLESS_ANSWERED, [delivery_id, client.pk, state, stored, stored])
+        return cursor.fetchone()
 
 
 def _checked_ack(delivery_id: Any, status: Any, result: Any) -> str:
@@ -55,29 +84,14 @@ def _checked_ack(delivery_id: Any, status: Any, result: Any) -> str:
     return ACK_STATUSES[status]
 
 
-def _own_delivery(client: Client, delivery_id: int) -> Delivery:
-    # Another receiver's delivery is "not found", not "forbidden": ids reveal nothing.
-    delivery = Delivery.objects.select_for_update().filter(pk=delivery_id, receiver=client).first()
-    if delivery is None:
-        raise NotFound(f"no delivery {delivery_id} for this client", field="delivery")
-    return delivery
-
-
-def _record_answer(delivery: Delivery, state: str, result: Any, actor: Actor) -> Delivery:
-    delivery.state = state
-    delivery.result = result
-    delivery.acked_at = timezone.now()
-    delivery.received_at = delivery.received_at or delivery.acked_at  # an answer is receipt
-    delivery.save(update_fields=["state", "result", "acked_at", "received_at"])
-    event_id = delivery.event_id
+def _record_answer(delivery_id: int, event_id, state: str, actor: Actor) -> None:
     transaction.on_commit(lambda: announcements.events_changed([event_id]), robust=True)
     audit.record_change(
         actor=actor,
         action="delivery.ack",
-        target=f"event:{delivery.event_id}",
-        details={"delivery": delivery.pk, "state": state},
+        target=f"event:{event_id}",
+        details={"delivery": delivery_id, "state": state},
     )
-    return delivery
 
 
 def confirm_receipt(*, client: Client, position: Any, actor: Actor) -> ReceiverStream:

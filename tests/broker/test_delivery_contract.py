@@ -20,6 +20,7 @@ from broker.dispatch import transport
 from broker.dispatch.entry import send_unrouted_events
 from broker.models import Delivery, Event, ReceiverStream
 from broker.services.deliveries import (
+    acknowledge_delivery,
     confirm_receipt,
     confirm_receipt_while_live,
     expire_unconfirmed,
@@ -188,6 +189,28 @@ def test_a_heartbeat_beyond_the_stream_is_refused_naming_the_position(cast):
                 token=cast["server"], client=cast["server_client"], position=position, actor=ISSUER
             )
         assert refused.value.field == "position"
+
+
+def test_an_answer_is_recorded_and_audited_once_and_only_by_its_receiver(cast):
+    from broker.errors import NotFound
+    from broker.models import AuditEntry
+
+    event = publish_event(sender=cast["controller_client"], content=COMMAND, selector=IIS_SELECTOR)
+    wait_until_idle()
+    mine = Delivery.objects.get(event=event, receiver=cast["server_client"])
+    other = Delivery.objects.filter(event=event).exclude(pk=mine.pk).first()
+    for _ in range(2):  # without a result, twice: the same answer
+        acknowledge_delivery(client=mine.receiver, delivery_id=mine.pk, status="ok", actor=ISSUER)
+    mine.refresh_from_db()
+    assert (mine.state, mine.result) == ("acked", None) and mine.received_at is not None
+    audited = AuditEntry.objects.filter(action="delivery.ack", outcome="done")
+    assert audited.filter(details__delivery=mine.pk).count() == 1
+    for delivery_id in (other.pk, 2**70):
+        with pytest.raises(NotFound):
+            acknowledge_delivery(
+                client=mine.receiver, delivery_id=delivery_id, status="ok", actor=ISSUER
+            )
+    assert Delivery.objects.get(pk=other.pk).state == "pending"
 
 
 def test_publishing_again_with_the_same_idempotency_key_returns_the_first_event(asgi_server, cast):
