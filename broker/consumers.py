@@ -82,6 +82,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.client = None
         self.actor: Actor | None = None
         self.group: str | None = None  # the client group joined, from the login on
+        self.joined_at = 0.0  # monotonic time of the last join
         self.held_pushes: list[dict] | None = None  # while a replay is being sent
         self.bucket = protocol.TokenBucket()
         self.refused_frames = 0
@@ -217,6 +218,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
         """Join the client's group (from the login's worker thread)."""
         self.group = client_group(client_id)  # first: a push may follow the join at once
         self.channel_layer.group_add_blocking(self.group, self.channel_name)
+        self.joined_at = time.monotonic()
+
+    def _rejoin_blocking(self, client_id: int) -> None:
+        """Join again (a Redis that restarted has forgotten the group), unless joined
+        in the last half heartbeat interval: an idle agent's heartbeats each join, a
+        busy agent's many confirmations do not each cost a Redis round trip."""
+        if time.monotonic() - self.joined_at >= settings.AGENT_HEARTBEAT_S / 2:
+            self._join_blocking(client_id)
 
     @contextlib.asynccontextmanager
     async def _pushes_held(self):
@@ -333,7 +342,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
             client=self.client,
             position=position,
             actor=self.actor,
-            join=self._join_blocking,
+            join=self._rejoin_blocking,
         )
         if stream is None:
             await self.session_revoked({})
