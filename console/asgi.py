@@ -14,6 +14,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import re_path  # noqa: E402
 
 from console.routing import agent_urlpatterns, websocket_urlpatterns  # noqa: E402
+from console.runtime import tune_garbage_collector  # noqa: E402
 
 # Agents are programs that log in with a token inside the socket: no cookies, hence no
 # cross-site risk, and no Origin header to check. The operators' sockets are the
@@ -34,3 +35,6 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+# Last: everything built so far lives as long as the process.
+tune_garbage_collector()

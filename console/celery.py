@@ -12,6 +12,8 @@ from celery.signals import (
     worker_shutdown,
 )
 
+from console.runtime import tune_garbage_collector
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
 app = Celery("console")
@@ -52,6 +54,7 @@ def route_hops_in_each_pool_process(**_) -> None:
     beside its tasks: hops use as many cores as the worker has processes."""
     from broker.dispatch.consumer import start_consumer
 
+    tune_garbage_collector()
     start_consumer(_consumed_queues())
 
 
@@ -62,6 +65,7 @@ def route_hops_in_a_single_process_worker(sender=None, **_) -> None:
         return
     from broker.dispatch.consumer import start_consumer
 
+    tune_garbage_collector()
     start_consumer(_consumed_queues())
 
 

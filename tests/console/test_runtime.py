@@ -1,0 +1,40 @@
+"""The server processes' garbage collector: what start-up built is frozen, and young
+collections are rarer (console/runtime.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from console.runtime import YOUNG_THRESHOLD
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORT = "import gc; print(gc.get_threshold()[0], gc.get_freeze_count())"
+
+
+def _in_a_fresh_process(code: str) -> tuple[int, int]:
+    # A process of its own: the test process's collector stays as it is.
+    done = subprocess.run(
+        [sys.executable, "-c", f"{code}\n{REPORT}"],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    threshold, frozen = done.stdout.split()
+    return int(threshold), int(frozen)
+
+
+def test_a_web_process_freezes_what_it_built_and_collects_young_objects_less_often():
+    threshold, frozen = _in_a_fresh_process("import console.asgi")
+    assert threshold == YOUNG_THRESHOLD
+    assert frozen > 10_000  # Django and the application's modules
+
+
+def test_a_plain_import_of_the_settings_leaves_the_collector_alone():
+    threshold, frozen = _in_a_fresh_process("import django; django.setup()")
+    assert (threshold, frozen) == (700, 0)
