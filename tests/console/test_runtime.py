@@ -36,5 +36,5 @@ def test_a_web_process_freezes_what_it_built_and_collects_young_objects_less_oft
 
 
 def test_a_plain_import_of_the_settings_leaves_the_collector_alone():
-    threshold, frozen = _in_a_fresh_process("import django; django.setup()")
-    assert (threshold, frozen) == (700, 0)
+    python_default = _in_a_fresh_process("pass")  # whatever this Python's default is
+    assert _in_a_fresh_process("import django; django.setup()") == python_default
