@@ -13,7 +13,7 @@ from psycopg.types.json import Jsonb
 from broker import announcements, audit
 from broker.audit import Actor
 from broker.errors import InvalidInput, NotFound
-from broker.models import Client, Delivery, ReceiverStream
+from broker.models import AuditEntry, Client, Delivery, ReceiverStream
 from broker.selectors import live_tokens
 
 MAX_RESULT_BYTES = 16 * 1024
@@ -31,44 +31,60 @@ def acknowledge_delivery(
     target = f"client:{client.name}"
     with audit.refusals_recorded(actor=actor, action="delivery.ack", target=target):
         state = _checked_ack(delivery_id, status, result)
-        with transaction.atomic():
-            found = _answer_unless_answered(client, delivery_id, state, result)
-            if found is None:
-                # Another receiver's delivery is "not found": ids reveal nothing.
-                raise NotFound(f"no delivery {delivery_id} for this client", field="delivery")
-            old_state, same_result, event_id, answered = found
-            if answered:
-                _record_answer(delivery_id, event_id, state, actor)
-            elif old_state != state or not same_result:
-                raise InvalidInput(
-                    f"delivery {delivery_id} was already answered ({old_state})",
-                    field="delivery",
-                )
+        found = _answer_unless_answered(client, delivery_id, state, result, actor)
+        if found is None:
+            # Another receiver's delivery is "not found": ids reveal nothing.
+            raise NotFound(f"no delivery {delivery_id} for this client", field="delivery")
+        old_state, same_result, event_id, answered = found
+        if answered:
+            transaction.on_commit(lambda: announcements.events_changed([event_id]), robust=True)
+        elif old_state != state or not same_result:
+            raise InvalidInput(
+                f"delivery {delivery_id} was already answered ({old_state})",
+                field="delivery",
+            )
 
 
-# The answer in one statement: the delivery locked, answered unless it already was;
-# its state before, whether its result was this one, and whether this answered it.
+# The answer in one statement, audited in it: the delivery locked, answered unless it
+# already was, and the change entry that audit.record_change would write; then its
+# state before, whether its result was this one, and whether this answered it.
 ANSWER_UNLESS_ANSWERED = """
 WITH old AS (
     SELECT id, state, result, event_id FROM broker_delivery
-    WHERE id = %s AND receiver_id = %s FOR UPDATE
+    WHERE id = %(delivery)s AND receiver_id = %(receiver)s FOR UPDATE
 ),
 answered AS (
     UPDATE broker_delivery AS d
-    SET state = %s, result = %s, acked_at = now(), received_at = coalesce(d.received_at, now())
+    SET state = %(state)s, result = %(result)s, acked_at = now(),
+        received_at = coalesce(d.received_at, now())
     FROM old WHERE d.id = old.id AND old.state NOT IN ('acked', 'failed')
-    RETURNING d.id
+    RETURNING d.id, d.event_id
+),
+audited AS (
+    INSERT INTO broker_auditentry (at, actor, action, target, outcome, reason, details)
+    SELECT now(), %(actor)s, 'delivery.ack', 'event:' || answered.event_id, %(done)s, '',
+           jsonb_build_object('delivery', answered.id, 'state', %(state)s::text)
+    FROM answered
 )
-SELECT old.state, old.result IS NOT DISTINCT FROM %s::jsonb, old.event_id,
+SELECT old.state, old.result IS NOT DISTINCT FROM %(result)s::jsonb, old.event_id,
        EXISTS (SELECT FROM answered)
 FROM old
 """
 
 
-def _answer_unless_answered(client: Client, delivery_id: int, state: str, result: Any):
-    with connection.cursor() as cursor:
-        stored = None if result is None else Jsonb(result)  # no result: SQL NULL, as before
-        cursor.execute(ANSWER_UNLESS_ANSWERED, [delivery_id, client.pk, state, stored, stored])
+def _answer_unless_answered(
+    client: Client, delivery_id: int, state: str, result: Any, actor: Actor
+) -> tuple | None:
+    params = {
+        "delivery": delivery_id,
+        "receiver": client.pk,
+        "state": str(state),
+        "result": None if result is None else Jsonb(result),  # no result: SQL NULL
+        "actor": str(actor),
+        "done": AuditEntry.Outcome.DONE.value,
+    }
+    with connection.cursor() as cursor:  # one statement: its own transaction
+        cursor.execute(ANSWER_UNLESS_ANSWERED, params)
         return cursor.fetchone()
 
 
@@ -82,16 +98,6 @@ def _checked_ack(delivery_id: Any, status: Any, result: Any) -> str:
     if len(json.dumps(result)) > MAX_RESULT_BYTES:
         raise InvalidInput(f"result is larger than {MAX_RESULT_BYTES} bytes", field="result")
     return ACK_STATUSES[status]
-
-
-def _record_answer(delivery_id: int, event_id, state: str, actor: Actor) -> None:
-    transaction.on_commit(lambda: announcements.events_changed([event_id]), robust=True)
-    audit.record_change(
-        actor=actor,
-        action="delivery.ack",
-        target=f"event:{event_id}",
-        details={"delivery": delivery_id, "state": state},
-    )
 
 
 def confirm_receipt(*, client: Client, position: Any, actor: Actor) -> ReceiverStream:

@@ -203,8 +203,14 @@ def test_an_answer_is_recorded_and_audited_once_and_only_by_its_receiver(cast):
         acknowledge_delivery(client=mine.receiver, delivery_id=mine.pk, status="ok", actor=ISSUER)
     mine.refresh_from_db()
     assert (mine.state, mine.result) == ("acked", None) and mine.received_at is not None
-    audited = AuditEntry.objects.filter(action="delivery.ack", outcome="done")
-    assert audited.filter(details__delivery=mine.pk).count() == 1
+    (entry,) = AuditEntry.objects.filter(action="delivery.ack", details__delivery=mine.pk)
+    assert (entry.actor, entry.target, entry.outcome, entry.at) == (
+        str(ISSUER),
+        f"event:{event.pk}",
+        "done",
+        mine.acked_at,
+    )
+    assert entry.details == {"delivery": mine.pk, "state": "acked"}
     for delivery_id in (other.pk, 2**70):
         with pytest.raises(NotFound):
             acknowledge_delivery(
