@@ -21,11 +21,7 @@ from broker.selectors import (
     stream_of,
 )
 from broker.services.clients import authenticate_client, state_attributes
-from broker.services.deliveries import (
-    acknowledge_delivery,
-    confirm_receipt,
-    confirm_receipt_while_live,
-)
+from broker.services.deliveries import acknowledge_delivery, confirm_receipt_while_live
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
 
@@ -47,11 +43,6 @@ class OpenedSession:
     last_position: int
     after_position: int | None
     first_page: list[dict]
-
-    @property
-    def unanswered_only(self) -> bool:
-        """A new agent (no position) is sent only what it has not answered."""
-        return self.after_position is None
 
 
 def start_session(
@@ -145,11 +136,6 @@ def acknowledge(
     acknowledge_delivery(
         client=client, delivery_id=delivery_id, status=status, result=result, actor=actor
     )
-
-
-def confirm(*, client: Client, position: Any, actor: Actor) -> ReceiverStream:
-    """The agent has every delivery up to `position`."""
-    return confirm_receipt(client=client, position=position, actor=actor)
 
 
 def confirm_while_live(

@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 from django.db import connection, transaction
-from django.utils import timezone
 from psycopg.types.json import Jsonb
 
 from broker import announcements, audit
@@ -104,28 +103,24 @@ def confirm_receipt(*, client: Client, position: Any, actor: Actor) -> ReceiverS
     """The client's agent has every delivery up to `position` (its stream's numbering):
     they are `delivered`. Confirming less than before changes nothing. Returns the
     stream, whose `last_position` tells the agent whether it is missing some."""
-    target = f"client:{client.name}"
-    with audit.refusals_recorded(actor=actor, action="delivery.confirm", target=target):
-        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-            raise InvalidInput("position must be a whole number, 0 or more", field="position")
-        # Idle agents confirm what they confirmed before (it is their heartbeat): one
-        # read, no lock, for those.
-        stream = _stream(client, position, lock=False)
-        if position <= stream.confirmed_position:
-            return stream
-        with transaction.atomic():
-            stream = _stream(client, position, lock=True)
-            if position > stream.confirmed_position:
-                _mark_received(client, stream.confirmed_position, position)
-                stream.confirmed_position = position
-                stream.save(update_fields=["confirmed_position"])
-    return stream
+    return _confirmed(client, position, actor, live=("SELECT 1", []))
 
 
-# A heartbeat in one statement: the token's check (selectors.live_tokens), the stream's
-# end, the deliveries marked received and the stream's new confirmed position. The
-# confirmed position only grows: the UPDATE checks it again on the row it locks.
-CONFIRM_WHILE_LIVE = """
+def confirm_receipt_while_live(
+    *, token: str, client: Client, position: Any, actor: Actor
+) -> ReceiverStream | None:
+    """`confirm_receipt` for a session: None, and nothing changed, if `token` no
+    longer lets `client` in (selectors.live_tokens); else the stream, as there."""
+    tokens = live_tokens(token).filter(client=client).values("client_id")[:1]
+    return _confirmed(client, position, actor, live=tokens.query.sql_with_params())
+
+
+# A confirmation in one statement: whether the client may confirm (`live`), the
+# stream's end, the deliveries marked received (pending and expired ones: an agent that
+# says it has a delivery has it, even if its event expired before it said so) and the
+# stream's new confirmed position. That position only grows: the UPDATE checks it again
+# on the row it locks. An idle agent confirming what it confirmed before changes nothing.
+CONFIRM = """
 WITH live AS ({live}),
 stream AS (
     SELECT coalesce(max(last_position), 0) AS last_position,
@@ -151,17 +146,15 @@ FROM stream
 """
 
 
-def confirm_receipt_while_live(
-    *, token: str, client: Client, position: Any, actor: Actor
+def _confirmed(
+    client: Client, position: Any, actor: Actor, *, live: tuple[str, list]
 ) -> ReceiverStream | None:
-    """`confirm_receipt` for a session: None, and nothing changed, if `token` no
-    longer lets `client` in; else the stream, confirmed up to `position`."""
     target = f"client:{client.name}"
     with audit.refusals_recorded(actor=actor, action="delivery.confirm", target=target):
         if isinstance(position, bool) or not isinstance(position, int) or position < 0:
             raise InvalidInput("position must be a whole number, 0 or more", field="position")
-        live, last, confirmed, events = _confirm_while_live(token, client, position)
-        if not live:
+        may, last, confirmed, events = _confirm(client, position, live)
+        if not may:
             return None
         if position > last:
             raise InvalidInput(
@@ -169,50 +162,18 @@ def confirm_receipt_while_live(
                 field="position",
             )
     if events:
-        announcements.events_changed(events)
+        transaction.on_commit(lambda: announcements.events_changed(events), robust=True)
     confirmed = max(confirmed, position)
     return ReceiverStream(client=client, last_position=last, confirmed_position=confirmed)
 
 
-def _confirm_while_live(token: str, client: Client, position: int) -> tuple:
-    live_sql, live_params = (
-        live_tokens(token).filter(client=client).values("client_id")[:1].query.sql_with_params()
-    )
+def _confirm(client: Client, position: int, live: tuple[str, list]) -> tuple:
+    live_sql, live_params = live
     params = [*live_params, client.pk, client.pk, position, position, position]
     params += [client.pk, position, position]
-    with connection.cursor() as cursor:
-        cursor.execute(CONFIRM_WHILE_LIVE.format(live=live_sql), params)
+    with connection.cursor() as cursor:  # one statement: its own transaction
+        cursor.execute(CONFIRM.format(live=live_sql), params)
         return cursor.fetchone()
-
-
-def _stream(client: Client, position: int, *, lock: bool) -> ReceiverStream:
-    """The client's stream, refusing a position beyond its end."""
-    rows = ReceiverStream.objects.filter(client=client)
-    stream = (rows.select_for_update() if lock else rows).first() or ReceiverStream(client=client)
-    if position > stream.last_position:
-        raise InvalidInput(
-            f"position {position} is beyond this client's last delivery ({stream.last_position})",
-            field="position",
-        )
-    return stream
-
-
-# A confirmation moves pending and expired deliveries on: an agent that says it has a
-# delivery has it, even if the event expired before it said so.
-MARK_RECEIVED = """
-UPDATE broker_delivery SET state = 'delivered', received_at = %s
-WHERE receiver_id = %s AND position > %s AND position <= %s
-  AND state IN ('pending', 'expired')
-RETURNING event_id
-"""
-
-
-def _mark_received(client: Client, after: int, through: int) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(MARK_RECEIVED, [timezone.now(), client.pk, after, through])
-        events = {row[0] for row in cursor.fetchall()}
-    if events:
-        transaction.on_commit(lambda: announcements.events_changed(events), robust=True)
 
 
 EXPIRE_UNCONFIRMED = """
