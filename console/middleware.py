@@ -1,7 +1,9 @@
-"""Refusing, before any view, console requests whose text cannot be stored."""
+"""Refusing, before any view, console requests whose text cannot be stored; closing a
+request's database connections after it."""
 
 from __future__ import annotations
 
+from django.db import connections
 from django.http import HttpRequest, HttpResponse
 
 from broker.errors import InvalidInput
@@ -33,3 +35,26 @@ def _check_request(request: HttpRequest) -> None:
             check_text(key, "a field's name")
             for value in values:
                 check_text(value, key)
+
+
+class CloseDatabaseConnections:
+    """Closes the database connections a request opened once its response is built.
+
+    Under ASGI a request's view runs in a context of its own, and Django's own closing
+    at the end of the request (the `request_finished` signal) runs in another one that
+    never sees those connections (Django ticket #33497). Kept for reuse, they would
+    never be reused: each waited for the garbage collector to close it, and with the
+    collector tuned for the server processes (console/runtime.py) PostgreSQL ran out of
+    connections. A connection inside a transaction is left alone: that is a test's.
+    """
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        try:
+            return self.get_response(request)
+        finally:
+            for connection in connections.all(initialized_only=True):
+                if not connection.in_atomic_block:
+                    connection.close()
