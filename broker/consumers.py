@@ -35,7 +35,7 @@ from broker.errors import AuthenticationFailed, BrokerError, InvalidInput
 from broker.notify import MESSAGE_TYPE as PUSH_TYPE
 from broker.notify import client_group
 from broker.protocol import Request
-from broker.selectors import deliveries_to_replay, stream_of
+from broker.selectors import deliveries_to_replay, last_position_of
 from broker.services import agents, presence
 
 # How often a thread of the pool checks its database connection (a round trip) before
@@ -269,7 +269,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         that went (positions up to it that were not sent are gone: expired or,
         without a cursor, answered). Live pushes follow."""
         if through is None:
-            through = await in_thread(_last_position)(self.client)
+            through = await in_thread(last_position_of)(self.client)
         cursor, count, items = after or 0, 0, first_page
         while cursor < through:
             if items is None:
@@ -457,10 +457,6 @@ def _after_position(request: Request, *, required: bool) -> int | None:
     if after is not None and after < 0:
         raise InvalidInput("after_position must be 0 or more", field="after_position")
     return after
-
-
-def _last_position(client) -> int:
-    return stream_of(client).last_position
 
 
 def _revoked() -> dict:

@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any
 
 from django.conf import settings
@@ -281,6 +282,18 @@ def stream_of(client: Client) -> ReceiverStream:
     return ReceiverStream.objects.filter(client=client).first() or ReceiverStream(client=client)
 
 
+def last_position_of(client: Client) -> int:
+    """The last position of the client's stream (0 if it never had a delivery). Read
+    at every login, without the ORM's cost of compiling the query."""
+    with connection.cursor() as cursor:
+        cursor.execute(LAST_POSITION, [client.pk])
+        row = cursor.fetchone()
+    return row[0] if row else 0
+
+
+LAST_POSITION = f"SELECT last_position FROM {ReceiverStream._meta.db_table} WHERE client_id = %s"
+
+
 def position_after_delivery(client: Client, delivery_id: int) -> int:
     """The position of the client's last delivery with an id up to `delivery_id`
     (agents of the protocol's first revision resume by delivery id), 0 if none."""
@@ -397,17 +410,25 @@ def _vocabulary_stamp() -> tuple:
         return cursor.fetchone()
 
 
-def live_token(token: str) -> ClientToken | None:
-    """The token's record if it still lets its client in (not revoked, client active):
-    the one rule for logging in and for staying logged in."""
-    return live_tokens(token).select_related("client__model").first()
-
-
-def live_tokens(token: str):
-    """The token's records that still let their client in (live_token's rule)."""
+def live_tokens(token: str) -> QuerySet[ClientToken]:
+    """The token's records that still let their client in (not revoked, client
+    active): the one rule for logging in and for staying logged in."""
     return ClientToken.objects.filter(
         key_hash=key_digest(token), revoked_at__isnull=True, client__is_active=True
     )
+
+
+@cache
+def live_token_ids_sql() -> str:
+    """`live_tokens`' rule as SQL selecting the records' ids, taking one parameter: the
+    token's `key_digest`. Compiled once: agents' logins and heartbeats are single
+    statements built around it, and compiling the query each time cost them more than
+    running it."""
+    probe = ""
+    sql, params = live_tokens(probe).values("pk").query.sql_with_params()
+    if list(params) != [key_digest(probe)]:  # the rule gained a parameter: say so
+        raise RuntimeError(f"live_tokens compiles with parameters {params!r}, not the digest")
+    return sql
 
 
 # ---------------------------------------------------------------------------

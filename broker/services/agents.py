@@ -17,8 +17,8 @@ from broker.errors import InvalidInput
 from broker.models import Client, ReceiverStream
 from broker.selectors import (
     deliveries_to_replay,
+    last_position_of,
     position_after_delivery,
-    stream_of,
 )
 from broker.services.clients import authenticate_client, state_attributes
 from broker.services.deliveries import acknowledge_delivery, confirm_receipt_while_live
@@ -61,7 +61,7 @@ def start_session(
     join(client.pk)
     if after_position is None and after_delivery is not None:
         after_position = position_after_delivery(client, after_delivery)
-    last = stream_of(client).last_position
+    last = last_position_of(client)
     first_page = []
     if (after_position or 0) < last:
         first_page = deliveries_to_replay(

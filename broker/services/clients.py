@@ -20,7 +20,7 @@ from broker.credentials import key_digest, new_secret
 from broker.dispatch import entry
 from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
 from broker.models import AttributeValue, Client, ClientModel, ClientToken, ModelAttribute
-from broker.selectors import declared_types, live_token
+from broker.selectors import declared_types, live_token_ids_sql
 from broker.services.tree import attach_to_leaf
 from policies import AttributeType
 
@@ -196,12 +196,34 @@ def _secret_matches(secret: str, stored: str) -> bool:
 
 
 def authenticate_client(token: str) -> Client:
-    """The active client a live token belongs to, else AuthenticationFailed."""
-    found = live_token(token)
-    if found is None:
+    """The active client a live token belongs to, with its model; else
+    AuthenticationFailed. The token is marked used."""
+    with connection.cursor() as cursor:  # one statement: its own transaction
+        cursor.execute(USE_TOKEN.format(live=live_token_ids_sql()), [key_digest(token)])
+        row = cursor.fetchone()
+    if row is None:
         raise AuthenticationFailed("the token is unknown or revoked")
-    ClientToken.objects.filter(pk=found.pk).update(last_used_at=timezone.now())
-    return found.client
+    client = Client.from_db(connection.alias, CLIENT_FIELDS, row[: len(CLIENT_FIELDS)])
+    client.model = ClientModel.from_db(connection.alias, MODEL_FIELDS, row[len(CLIENT_FIELDS) :])
+    return client
+
+
+CLIENT_FIELDS = [field.attname for field in Client._meta.concrete_fields]
+MODEL_FIELDS = [field.attname for field in ClientModel._meta.concrete_fields]
+
+# A token's use in one statement (a login is a reconnect storm's unit of work): its
+# record, if it still lets its client in, marked used; its client and the client's model.
+USE_TOKEN = f"""
+WITH used AS (
+    UPDATE {ClientToken._meta.db_table} SET last_used_at = now()
+    WHERE id IN ({{live}}) RETURNING client_id
+)
+SELECT {", ".join(f"c.{field.column}" for field in Client._meta.concrete_fields)},
+       {", ".join(f"m.{field.column}" for field in ClientModel._meta.concrete_fields)}
+FROM used
+JOIN {Client._meta.db_table} AS c ON c.id = used.client_id
+JOIN {ClientModel._meta.db_table} AS m ON m.id = c.model_id
+"""
 
 
 def revoke_tokens(*, client: Client, actor: Actor) -> int:

@@ -11,9 +11,10 @@ from psycopg.types.json import Jsonb
 
 from broker import announcements, audit
 from broker.audit import Actor
+from broker.credentials import key_digest
 from broker.errors import InvalidInput, NotFound
-from broker.models import AuditEntry, Client, Delivery, ReceiverStream
-from broker.selectors import live_tokens
+from broker.models import AuditEntry, Client, ClientToken, Delivery, ReceiverStream
+from broker.selectors import live_token_ids_sql
 
 MAX_RESULT_BYTES = 16 * 1024
 ACK_STATUSES = {"ok": Delivery.State.ACKED, "failed": Delivery.State.FAILED}
@@ -111,8 +112,9 @@ def confirm_receipt_while_live(
 ) -> ReceiverStream | None:
     """`confirm_receipt` for a session: None, and nothing changed, if `token` no
     longer lets `client` in (selectors.live_tokens); else the stream, as there."""
-    tokens = live_tokens(token).filter(client=client).values("client_id")[:1]
-    return _confirmed(client, position, actor, live=tokens.query.sql_with_params())
+    live = f"SELECT FROM {ClientToken._meta.db_table} WHERE id IN ({live_token_ids_sql()})"
+    live_for_client = (f"{live} AND client_id = %s", [key_digest(token), client.pk])
+    return _confirmed(client, position, actor, live=live_for_client)
 
 
 # A confirmation in one statement: whether the client may confirm (`live`), the

@@ -4,16 +4,18 @@ import pytest
 
 from broker.audit import Actor
 from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
-from broker.models import AuditEntry, ClientModel
+from broker.models import AuditEntry, ClientModel, ClientToken
 from broker.scenario import WEB_SERVER_ATTRIBUTES
 from broker.selectors import current_attributes
 from broker.services.clients import (
     AttributeSpec,
     authenticate_client,
     create_client_model,
+    issue_token,
     log_in_client,
     register_client,
     revoke_tokens,
+    set_clients_active,
     state_attributes,
 )
 
@@ -85,6 +87,25 @@ def test_login_gives_a_token_that_authenticates_until_revoked(server, web_model)
     revoke_tokens(client=client, actor=OPERATOR)
     with pytest.raises(AuthenticationFailed):
         authenticate_client(token)
+
+
+def test_authenticating_gives_the_client_with_its_model_and_marks_the_token_used(
+    server, web_model, django_assert_num_queries
+):
+    token = issue_token(client=server, actor=OPERATOR)
+    with django_assert_num_queries(1):  # one statement, the model included
+        client = authenticate_client(token)
+        assert (client.name, client.model.name, client.can_receive) == ("web-1", "web-server", True)
+    assert client == server and client.model == web_model
+    assert ClientToken.objects.get(client=server).last_used_at is not None
+
+
+def test_a_token_of_a_deactivated_client_authenticates_nothing_and_is_not_marked_used(server):
+    token = issue_token(client=server, actor=OPERATOR)
+    set_clients_active(clients=[server], active=False, actor=OPERATOR)
+    with pytest.raises(AuthenticationFailed):
+        authenticate_client(token)
+    assert ClientToken.objects.get(client=server).last_used_at is None
 
 
 def test_a_wrong_secret_is_refused_and_audited(server):
