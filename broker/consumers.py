@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 from asgiref.sync import SyncToAsync
+from autobahn.exception import Disconnected
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -69,6 +70,9 @@ def _drop_failed_connections() -> None:
 # Database work runs in a thread pool: Channels' default (one thread for every
 # consumer of the process) would queue a whole fleet behind each query.
 in_thread = partial(_DatabaseWork, thread_sensitive=False)
+# What a send to a socket that is closing raises: Daphne's (autobahn's) own error, and
+# the OSError that the ASGI specification asks of servers.
+SOCKET_CLOSED = (Disconnected, OSError)
 logger = logging.getLogger(__name__)
 # Presence writes running in the background: kept here so that they are not collected
 # before they finish (the event loop holds tasks only weakly).
@@ -175,7 +179,13 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self.close(code=protocol.CLOSE_LOGIN_TIMEOUT)
 
     async def _send(self, frame: dict) -> None:
-        await self.base_send({"type": "websocket.send", "text": _encoded(frame)})
+        """Write `frame`, unless the socket is already closing: frames read before the
+        close are still answered, and the answer is dropped. The disconnect that
+        follows ends the session; raising here would end the consumer before it."""
+        try:
+            await self.base_send({"type": "websocket.send", "text": _encoded(frame)})
+        except SOCKET_CLOSED:
+            logger.debug("a frame to a closing socket was dropped (%s)", self.actor)
 
     # Requests -----------------------------------------------------------------------
 

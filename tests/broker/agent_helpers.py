@@ -3,7 +3,15 @@ waiting for something the agents do in other processes."""
 
 from __future__ import annotations
 
+import json
+import socket
 import time
+from urllib.parse import urlsplit
+
+from websockets.client import ClientProtocol
+from websockets.frames import Frame, Opcode
+from websockets.protocol import State
+from websockets.uri import parse_uri
 
 from broker.audit import Actor
 
@@ -23,3 +31,47 @@ def wait_for(condition, what: str, timeout_s: float = 30.0) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting until {what}")
+
+
+class RawAgentSocket:
+    """An agent socket whose every byte the test chooses: it sends frames in one write
+    and never answers a closing frame by itself, as a misbehaving agent would not."""
+
+    def __init__(self, url: str) -> None:
+        self.protocol = ClientProtocol(parse_uri(url))
+        self.pending: list = []  # events read but not yet returned
+        address = urlsplit(url)
+        self.socket = socket.create_connection((address.hostname, address.port), timeout=10)
+        self.protocol.send_request(self.protocol.connect())
+        self._flush()
+        while self.protocol.handshake_exc is None and self.protocol.state is State.CONNECTING:
+            self.protocol.receive_data(self.socket.recv(65536))
+        assert self.protocol.state is State.OPEN, self.protocol.handshake_exc
+
+    def __enter__(self) -> RawAgentSocket:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.socket.close()
+
+    def send(self, frame: dict) -> None:
+        self.send_all([frame])
+
+    def send_all(self, frames: list[dict]) -> None:
+        """All `frames` in one write, so the server reads them together."""
+        for frame in frames:
+            self.protocol.send_text(json.dumps(frame).encode())
+        self._flush()
+
+    def receive(self) -> dict:
+        """The next text frame from the server."""
+        while True:
+            self.pending.extend(self.protocol.events_received())
+            while self.pending:
+                event = self.pending.pop(0)
+                if isinstance(event, Frame) and event.opcode is Opcode.TEXT:
+                    return json.loads(event.data)
+            self.protocol.receive_data(self.socket.recv(65536))
+
+    def _flush(self) -> None:
+        self.socket.sendall(b"".join(self.protocol.data_to_send()))

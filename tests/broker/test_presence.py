@@ -12,6 +12,7 @@ from django.db import connection
 from django.utils import timezone
 from websockets.sync.client import connect
 
+from broker import protocol
 from broker.errors import InvalidInput
 from broker.models import AgentPresence, Client
 from broker.selectors import (
@@ -25,7 +26,7 @@ from broker.selectors import (
     presence_window,
 )
 from broker.services import presence
-from tests.broker.agent_helpers import agent_url, wait_for
+from tests.broker.agent_helpers import RawAgentSocket, agent_url, wait_for
 from tests.broker.failing_database import inserts_refused
 from tests.conftest import daphne_serving
 
@@ -95,6 +96,19 @@ def test_two_sockets_are_two_sessions_and_closing_both_leaves_none(asgi_server, 
     closed = presence_of(client)
     assert closed.connected_since is None and closed.last_seen_at is not None
     assert not is_connected(closed, timezone.now())
+
+
+def test_a_session_the_server_closes_ends_even_if_the_agent_talks_past_the_close(asgi_server, cast):
+    """An agent flooding its socket is closed; the frames it sent after the close are
+    still read, and their answers meet a closing socket: the session must still end."""
+    client = cast["server_client"]
+    with RawAgentSocket(agent_url(asgi_server)) as raw:
+        raw.send({"type": "login", "token": cast["server"], "ref": "in"})
+        assert [raw.receive()["type"] for _ in range(2)] == ["welcome", "replayed"]
+        sessions_become(client, 1)
+        flood = protocol.BURST + protocol.ABUSE_LIMIT + 20
+        raw.send_all([{"type": "heartbeat"}] * flood)  # never answers the close
+        sessions_become(client, 0)
 
 
 def test_a_refused_login_records_no_session(asgi_server, cast):
