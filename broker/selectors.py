@@ -36,6 +36,7 @@ from broker.models import (
     ReceiverStream,
 )
 from broker.notify import Pushed
+from broker.prepared import prepared_cursor
 from broker.vocabulary import Vocabulary
 from policies import Selector
 
@@ -285,7 +286,7 @@ def stream_of(client: Client) -> ReceiverStream:
 def last_position_of(client: Client) -> int:
     """The last position of the client's stream (0 if it never had a delivery). Read
     at every login, without the ORM's cost of compiling the query."""
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(LAST_POSITION, [client.pk])
         row = cursor.fetchone()
     return row[0] if row else 0

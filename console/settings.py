@@ -39,6 +39,11 @@ _database = parse_database_url("DATABASE_URL", env_str("DATABASE_URL")).as_djang
 # hanging it. A restarted server costs each process one failed request at most: broken
 # connections are dropped before reuse (CONN_HEALTH_CHECKS, and console/celery.py).
 _database["OPTIONS"] = {"connect_timeout": env_int("DATABASE_CONNECT_TIMEOUT_S", 5, minimum=1)}
+# The hot statements (broker.prepared) are prepared on a connection's first run of them.
+# Off only behind a pooler in transaction mode that cannot keep prepared statements
+# (PgBouncer before 1.21): they then cost their planning at every run again.
+DATABASE_PREPARED_STATEMENTS = env_bool("DATABASE_PREPARED_STATEMENTS", default=True)
+_database["OPTIONS"]["prepare_threshold"] = 0 if DATABASE_PREPARED_STATEMENTS else None
 DATABASES = {
     "default": _database,
     # The same database on a connection of its own: refusals are audited through it so

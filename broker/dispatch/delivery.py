@@ -22,6 +22,7 @@ from broker.dispatch.events import RoutedEvent, live_events
 from broker.dispatch.state import LeafState
 from broker.models import Delivery
 from broker.notify import Pushed
+from broker.prepared import prepared_cursor
 from broker.selectors import client_names
 
 LEAF_LOCK_NAMESPACE = 7_101
@@ -275,7 +276,7 @@ def insert_deliveries(pending: list[Delivery]) -> list[Pushed]:
         [d.sequence for d in pending],
         [d.delivered_at for d in pending],
     ]
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(INSERT_DELIVERIES, columns)
         inserted = {
             (str(event), receiver): (row_id, position)

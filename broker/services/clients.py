@@ -20,6 +20,7 @@ from broker.credentials import key_digest, new_secret
 from broker.dispatch import entry
 from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
 from broker.models import AttributeValue, Client, ClientModel, ClientToken, ModelAttribute
+from broker.prepared import prepared_cursor
 from broker.selectors import declared_types, live_token_ids_sql
 from broker.services.tree import attach_to_leaf
 from policies import AttributeType
@@ -198,7 +199,7 @@ def _secret_matches(secret: str, stored: str) -> bool:
 def authenticate_client(token: str) -> Client:
     """The active client a live token belongs to, with its model; else
     AuthenticationFailed. The token is marked used."""
-    with connection.cursor() as cursor:  # one statement: its own transaction
+    with prepared_cursor() as cursor:  # one statement: its own transaction
         cursor.execute(USE_TOKEN.format(live=live_token_ids_sql()), [key_digest(token)])
         row = cursor.fetchone()
     if row is None:

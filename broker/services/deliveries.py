@@ -14,6 +14,7 @@ from broker.audit import Actor
 from broker.credentials import key_digest
 from broker.errors import InvalidInput, NotFound
 from broker.models import AuditEntry, Client, ClientToken, Delivery, ReceiverStream
+from broker.prepared import prepared_cursor
 from broker.selectors import live_token_ids_sql
 
 MAX_RESULT_BYTES = 16 * 1024
@@ -83,7 +84,7 @@ def _answer_unless_answered(
         "actor": str(actor),
         "done": AuditEntry.Outcome.DONE.value,
     }
-    with connection.cursor() as cursor:  # one statement: its own transaction
+    with prepared_cursor() as cursor:  # one statement: its own transaction
         cursor.execute(ANSWER_UNLESS_ANSWERED, params)
         return cursor.fetchone()
 
@@ -173,7 +174,7 @@ def _confirm(client: Client, position: int, live: tuple[str, list]) -> tuple:
     live_sql, live_params = live
     params = [*live_params, client.pk, client.pk, position, position, position]
     params += [client.pk, position, position]
-    with connection.cursor() as cursor:  # one statement: its own transaction
+    with prepared_cursor() as cursor:  # one statement: its own transaction
         cursor.execute(CONFIRM.format(live=live_sql), params)
         return cursor.fetchone()
 

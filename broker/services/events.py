@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from broker import audit
@@ -20,6 +20,7 @@ from broker.audit import Actor
 from broker.dispatch.entry import route_published
 from broker.errors import InvalidInput, NotAuthorised, PolicyRejected
 from broker.models import Client, Event
+from broker.prepared import prepared_cursor
 from broker.selectors import attested_attributes, vocabulary
 from broker.vocabulary import Vocabulary
 from policies import PolicySyntaxError, Selector
@@ -247,7 +248,7 @@ RETURNING last_sequence
 def _next_sequence(sender: Client, channel: str) -> int:
     """Number the event in one statement. The cursor row stays locked until commit,
     so sequence n commits before n+1 is handed out."""
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(NEXT_SEQUENCE, [sender.pk, channel])
         return cursor.fetchone()[0]
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection
 
 from broker import announcements
 from broker.models import AgentPresence
+from broker.prepared import prepared_cursor
 from broker.selectors import presence_window
 
 PEER_LENGTH = AgentPresence._meta.get_field("last_peer").max_length
@@ -85,6 +85,6 @@ def seen(*, client_id: int) -> bool:
 
 
 def _execute(sql: str, **params) -> int:
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount

@@ -1,0 +1,78 @@
+"""The hot statements are prepared once per connection (broker.prepared)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from django.db import DataError, connection
+from django.test.utils import CaptureQueriesContext
+
+from broker.models import Client
+from broker.prepared import prepared_cursor
+from broker.selectors import LAST_POSITION, last_position_of
+from tests.conftest import ROOT, environment_for_test_database
+
+pytestmark = pytest.mark.django_db
+
+SOME_CLIENT = Client(pk=1, name="web-00000")  # never saved: only its id is read
+
+
+def prepared_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_a_statement_run_through_a_prepared_cursor_is_prepared_at_its_first_run():
+    last_position_of(SOME_CLIENT)
+    assert prepared_statements() == [LAST_POSITION.replace("%s", "$1")]
+
+
+def test_running_it_again_reuses_the_one_prepared_statement():
+    for _ in range(3):
+        assert last_position_of(SOME_CLIENT) == 0
+    assert len(prepared_statements()) == 1
+
+
+def test_the_orm_and_plain_cursors_prepare_nothing():
+    list(Client.objects.filter(pk=SOME_CLIENT.pk))
+    for _ in range(3):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT %s::int", [1])
+    assert prepared_statements() == []
+
+
+def test_prepared_statements_are_logged_and_fail_with_djangos_errors():
+    with CaptureQueriesContext(connection) as captured, prepared_cursor() as cursor:
+        cursor.execute("SELECT %s::int + 1", [41])
+        assert cursor.fetchone() == (42,)
+    assert len(captured) == 1
+    with pytest.raises(DataError), prepared_cursor() as cursor:
+        cursor.execute("SELECT %s::int", ["not a number"])
+
+
+COUNT_PREPARED = """
+from django.db import connection
+from broker.models import Client
+from broker.selectors import last_position_of
+last_position_of(Client(pk=1))
+with connection.cursor() as cursor:
+    cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+    print(cursor.fetchone()[0])
+"""
+
+
+@pytest.mark.parametrize(("setting", "prepared"), [("true", "1"), ("false", "0")])
+def test_the_setting_switches_preparing_on_and_off(setting, prepared):
+    env = {**environment_for_test_database(), "DATABASE_PREPARED_STATEMENTS": setting}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "shell", "-c", COUNT_PREPARED],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout.strip().splitlines()[-1] == prepared
