@@ -14,7 +14,10 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import re_path  # noqa: E402
 
 from console.routing import agent_urlpatterns, websocket_urlpatterns  # noqa: E402
-from console.runtime import tune_garbage_collector  # noqa: E402
+from console.runtime import (  # noqa: E402
+    skip_autobahn_debug_formatting,
+    tune_garbage_collector,
+)
 
 # Agents are programs that log in with a token inside the socket: no cookies, hence no
 # cross-site risk, and no Origin header to check. The operators' sockets are the
@@ -36,5 +39,6 @@ application = ProtocolTypeRouter(
     }
 )
 
+skip_autobahn_debug_formatting()
 # Last: everything built so far lives as long as the process.
 tune_garbage_collector()

@@ -58,6 +58,16 @@ def test_nesting_up_to_the_limit_is_accepted_and_brackets_inside_strings_do_not_
     assert nesting_depth(r'{"a": "[[[[{{{{\"[[["}') == 1
 
 
+def test_one_level_beyond_the_limit_is_refused_however_few_the_brackets():
+    with pytest.raises(InvalidInput) as refused:
+        decode_json("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), whole="body")
+    assert "nested deeper" in refused.value.message
+
+
+def test_many_brackets_side_by_side_are_not_depth():
+    assert decode_json("[" + ", ".join(["[]"] * 100) + "]", whole="body") == [[]] * 100
+
+
 def test_text_that_is_not_json_is_refused_as_malformed_naming_the_document():
     with pytest.raises(InvalidInput) as refused:
         decode_json('{"type": ', whole="body")

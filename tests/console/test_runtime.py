@@ -38,3 +38,27 @@ def test_a_web_process_freezes_what_it_built_and_collects_young_objects_less_oft
 def test_a_plain_import_of_the_settings_leaves_the_collector_alone():
     python_default = _in_a_fresh_process("pass")  # whatever this Python's default is
     assert _in_a_fresh_process("import django; django.setup()") == python_default
+
+
+AUTOBAHN_FORMATTING = """
+import console.asgi, txaio
+import autobahn.websocket.protocol as websocket_protocol
+print(websocket_protocol.pformat([("openHandshakeTimeout", 5)]))
+txaio.set_global_log_level("debug")
+print(websocket_protocol.pformat([("openHandshakeTimeout", 5)]))
+"""
+
+
+def test_a_web_process_formats_autobahns_debug_settings_only_while_debugging():
+    done = subprocess.run(
+        [sys.executable, "-c", AUTOBAHN_FORMATTING],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    off, on = done.stdout.strip().splitlines()
+    assert off == "(not formatted: debug messages are off)"
+    assert on == "[('openHandshakeTimeout', 5)]"
