@@ -12,14 +12,13 @@ Announcing is best effort: a failure is logged and never fails the change.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Iterable
 
 from channels.layers import get_channel_layer
 
-from broker.notify import on_push_loop
+from broker.notify import on_push_loop_soon
 
 FLEET = "fleet"
 EVENTS = "events"
@@ -33,7 +32,6 @@ MAX_EVENT_TOPICS = 100
 MESSAGE_TYPE = "console.changed"  # ConsoleConsumer.console_changed receives it
 MAX_CLIENT_TOPICS = 100  # a bulk change tells the fleet, not each client
 
-logger = logging.getLogger(__name__)
 _last_sent: dict[str, float] = {}
 _pending: set[str] = set()
 _lock = threading.Lock()
@@ -116,12 +114,12 @@ def _send_pending(topic: str) -> None:
 
 
 def _send(topics: list[str]) -> None:
-    if not topics:
-        return
-    try:
-        on_push_loop(_group_sends(topics))
-    except Exception:  # best effort: the page also refreshes when the operator acts
-        logger.warning("could not announce %s to the consoles", topics[:5], exc_info=True)
+    # Not waited for: an agent's login or answer does not wait for a Redis round trip
+    # to consoles that may not be watching. Best effort: the page also refreshes when
+    # the operator acts.
+    if topics:
+        failure = f"could not announce {topics[:5]} to the consoles"
+        on_push_loop_soon(_group_sends(topics), failure=failure)
 
 
 async def _group_sends(topics: list[str]) -> None:

@@ -11,15 +11,20 @@ was not connected reads what it missed from there when it comes back.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
 from channels.layers import get_channel_layer
 from django.conf import settings
+
+logger = logging.getLogger(__name__)
 
 MESSAGE_TYPE = "deliveries.push"
 
@@ -72,6 +77,18 @@ def end_sessions(client_id: int) -> None:
 def on_push_loop(coroutine) -> None:
     """Run `coroutine` on the process's push loop and wait for it (errors surface)."""
     asyncio.run_coroutine_threadsafe(coroutine, _push_loop()).result(timeout=PUSH_TIMEOUT_S)
+
+
+def on_push_loop_soon(coroutine, *, failure: str) -> None:
+    """Run `coroutine` on the process's push loop without waiting for it: for what is
+    best effort. A failure is logged with `failure` (what was not done)."""
+    future = asyncio.run_coroutine_threadsafe(coroutine, _push_loop())
+    future.add_done_callback(partial(_log_failure, failure))
+
+
+def _log_failure(failure: str, future: concurrent.futures.Future) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        logger.warning(failure, exc_info=future.exception())
 
 
 SESSION_REVOKED = "session.revoked"

@@ -1,0 +1,36 @@
+"""Announcements to the consoles are best effort and never hold up the change
+(broker.announcements)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+from broker import announcements
+from tests.broker.agent_helpers import wait_for
+
+
+def test_an_announcement_does_not_wait_for_its_sending(monkeypatch):
+    started, release = threading.Event(), threading.Event()
+
+    async def slow_sends(topics):
+        started.set()
+        while not release.is_set():  # held until the test has its answer
+            await asyncio.sleep(0.01)
+
+    monkeypatch.setattr(announcements, "_group_sends", slow_sends)
+    announcements.clients_changed([999_001])  # returns with the sends still held
+    assert started.wait(10) and not release.is_set()
+    release.set()
+
+
+def test_an_announcement_that_fails_is_logged_not_raised(monkeypatch, caplog):
+    async def failing_sends(topics):
+        raise ConnectionError("Redis is down")
+
+    monkeypatch.setattr(announcements, "_group_sends", failing_sends)
+    with caplog.at_level(logging.WARNING, logger="broker.notify"):
+        announcements.clients_changed([999_002])
+        wait_for(lambda: "could not announce" in caplog.text, "the failure is logged", 10)
+    assert "client.999002" in caplog.text and "Redis is down" in caplog.text
