@@ -12,6 +12,7 @@ Announcing is best effort: a failure is logged and never fails the change.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -33,7 +34,10 @@ MESSAGE_TYPE = "console.changed"  # ConsoleConsumer.console_changed receives it
 MAX_CLIENT_TOPICS = 100  # a bulk change tells the fleet, not each client
 
 _last_sent: dict[str, float] = {}
+logger = logging.getLogger(__name__)
 _pending: set[str] = set()
+_queued: set[str] = set()  # to send, by the one _flush task running (_flushing)
+_flushing = False
 _lock = threading.Lock()
 
 
@@ -115,11 +119,42 @@ def _send_pending(topic: str) -> None:
 
 def _send(topics: list[str]) -> None:
     # Not waited for: an agent's login or answer does not wait for a Redis round trip
-    # to consoles that may not be watching. Best effort: the page also refreshes when
-    # the operator acts.
-    if topics:
-        failure = f"could not announce {topics[:5]} to the consoles"
-        on_push_loop_soon(_group_sends(topics), failure=failure)
+    # to consoles that may not be watching. Queued, and sent by one task at a time:
+    # a reconnecting fleet's thousand announcements do not become a thousand
+    # concurrent sends. Best effort: the page also refreshes when the operator acts.
+    global _flushing
+    with _lock:
+        _queued.update(topics)
+        if _flushing or not _queued:
+            return
+        _flushing = True
+    try:
+        on_push_loop_soon(_flush(), failure="could not announce to the consoles")
+    except Exception:  # no push loop: the next announcement tries again
+        logger.warning("could not announce %s to the consoles", topics[:5], exc_info=True)
+        with _lock:
+            _flushing = False
+
+
+async def _flush() -> None:
+    """Send what is queued until nothing is (on the push loop)."""
+    global _flushing
+    try:
+        while True:
+            with _lock:
+                topics = sorted(_queued)
+                _queued.clear()
+                if not topics:
+                    _flushing = False
+                    return
+            try:
+                await _group_sends(topics)
+            except Exception:  # these are lost; the next ones are still tried
+                logger.warning("could not announce %s to the consoles", topics[:5], exc_info=True)
+    except BaseException:  # cancelled with the loop: a later announcement starts again
+        with _lock:
+            _flushing = False
+        raise
 
 
 async def _group_sends(topics: list[str]) -> None:

@@ -91,7 +91,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.bucket = protocol.TokenBucket()
         self.refused_frames = 0
         self.stalled: tuple[int, float] | None = None  # (confirmed position, since when)
-        self.recorded_client_id: int | None = None  # whose presence this session opened
+        self.session_recorded = False
         self.last_presence_write: asyncio.Task | None = None
         self.seen_at = 0.0  # time.monotonic() of the last presence write
         await self.accept()
@@ -100,7 +100,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         self.login_deadline.cancel()
         self.channel_layer.stop_delivering_locally(self.channel_name, PUSH_TYPE)
-        if self.recorded_client_id is not None:
+        if self.session_recorded:
             self._record_presence(presence.session_closed)
         if self.group is not None:  # even after half a login
             await self.channel_layer.group_discard(self.group, self.channel_name)
@@ -203,11 +203,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
         # agent is told to try again later (1013), not left without its live stream.
         self.channel_layer.deliver_locally(self.channel_name, PUSH_TYPE, self._pushed)
         async with self._pushes_held():
-            opened = await in_thread(self._log_in_blocking)(
-                token=token, peer=peer, after_position=after, after_delivery=legacy_after
+            opened = await in_thread(agents.start_session)(
+                token=token,
+                peer=peer,
+                after_position=after,
+                after_delivery=legacy_after,
+                join=self._join_blocking,
             )
             self.client, self.token = opened.client, token
-            self.recorded_client_id, self.seen_at = self.client.id, time.monotonic()
             self.actor = Actor("client", self.client.name)
             try:
                 await self._send(self._welcome(request.ref, opened.last_position))
@@ -218,16 +221,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 self.client = self.actor = None
                 raise
         self.login_deadline.cancel()
-
-    def _log_in_blocking(self, *, peer: str, **arguments) -> agents.OpenedSession:
-        """The login and its presence in one trip to the thread pool: a reconnecting
-        fleet's unit of work. The session goes on if its presence cannot be written."""
-        opened = agents.start_session(peer=peer, join=self._join_blocking, **arguments)
-        try:
-            presence.session_opened(client_id=opened.client.id, peer=peer)
-        except Exception:
-            logger.exception("recording the presence of client %s failed", opened.client.id)
-        return opened
+        self.session_recorded = True
+        self._record_presence(presence.session_opened, peer=peer)
 
     def _join_blocking(self, client_id: int) -> None:
         """Join the client's group (from the login's worker thread)."""
@@ -408,10 +403,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     def _record_presence(self, write, **arguments) -> None:
         """Run `write` for this client in the background, after this session's previous
-        presence write (so a close never overtakes a refresh). A failure is logged: the
+        presence write (so a close never overtakes its open). A failure is logged: the
         session neither waits for its presence nor ends because of it."""
         self.seen_at = time.monotonic()
-        previous, client_id = self.last_presence_write, self.recorded_client_id
+        previous, client_id = self.last_presence_write, self.client.id
 
         async def run() -> None:
             if previous is not None:

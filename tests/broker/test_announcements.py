@@ -30,7 +30,23 @@ def test_an_announcement_that_fails_is_logged_not_raised(monkeypatch, caplog):
         raise ConnectionError("Redis is down")
 
     monkeypatch.setattr(announcements, "_group_sends", failing_sends)
-    with caplog.at_level(logging.WARNING, logger="broker.notify"):
+    with caplog.at_level(logging.WARNING, logger="broker.announcements"):
         announcements.clients_changed([999_002])
         wait_for(lambda: "could not announce" in caplog.text, "the failure is logged", 10)
     assert "client.999002" in caplog.text and "Redis is down" in caplog.text
+
+
+def test_announcements_go_on_after_a_failure(monkeypatch):
+    sent = []
+
+    async def fail_once(topics):
+        if not sent:
+            sent.append(None)
+            raise ConnectionError("Redis is down")
+        sent.extend(topics)
+
+    monkeypatch.setattr(announcements, "_group_sends", fail_once)
+    announcements.clients_changed([999_003])
+    wait_for(lambda: len(sent) == 1, "the first send failed", 10)
+    announcements.clients_changed([999_004])
+    wait_for(lambda: "client.999004" in sent, "the next one is sent", 10)
