@@ -99,3 +99,22 @@ def test_running_servers_let_their_load_drift(fleet):
         ),
         "loads drifted",
     )
+
+
+def test_a_repeated_benchmark_notification_is_timed_once_at_its_first_arrival():
+    import random
+
+    from broker.client import Notification
+    from broker.fleet import SimulatedServer
+
+    server = SimulatedServer("ws://unused", "snt_unused", {"hostname": "web-x"}, 5.0,
+                             random.Random(0))  # fmt: skip
+    first = Notification(7, "e", 1, "ops", 1, {"bench": "alert", "sent_at": time.time()}, 3)
+    server.arrived(first)
+    server.arrived(Notification(**{**first.__dict__, "replay": True}))
+    server.arrived(Notification(**{**first.__dict__, "delivery": 8, "position": 4}))
+    assert [(label, delivery) for label, delivery, _ in server.receipts] == [
+        ("alert", 7),
+        ("alert", 8),
+    ]
+    assert len(server.latencies_ms) == 2
