@@ -33,8 +33,8 @@ MAX_EVENT_TOPICS = 100
 MESSAGE_TYPE = "console.changed"  # ConsoleConsumer.console_changed receives it
 MAX_CLIENT_TOPICS = 100  # a bulk change tells the fleet, not each client
 
-_last_sent: dict[str, float] = {}
 logger = logging.getLogger(__name__)
+_last_sent: dict[str, float] = {}
 _pending: set[str] = set()
 _queued: set[str] = set()  # to send, by the one _flush task running (_flushing)
 _flushing = False
