@@ -14,10 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 REPORT = "import gc; print(gc.get_threshold()[0], gc.get_freeze_count())"
 
 
-def _in_a_fresh_process(code: str) -> tuple[int, int]:
-    # A process of its own: the test process's collector stays as it is.
+def _output_of_a_fresh_process(code: str) -> str:
+    # A process of its own: the test process's collector and modules stay as they are.
     done = subprocess.run(
-        [sys.executable, "-c", f"{code}\n{REPORT}"],
+        [sys.executable, "-c", code],
         cwd=ROOT,
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"},
         capture_output=True,
@@ -25,7 +25,11 @@ def _in_a_fresh_process(code: str) -> tuple[int, int]:
         timeout=120,
         check=True,
     )
-    threshold, frozen = done.stdout.split()
+    return done.stdout
+
+
+def _in_a_fresh_process(code: str) -> tuple[int, int]:
+    threshold, frozen = _output_of_a_fresh_process(f"{code}\n{REPORT}").split()
     return int(threshold), int(frozen)
 
 
@@ -50,15 +54,6 @@ print(websocket_protocol.pformat([("openHandshakeTimeout", 5)]))
 
 
 def test_a_web_process_formats_autobahns_debug_settings_only_while_debugging():
-    done = subprocess.run(
-        [sys.executable, "-c", AUTOBAHN_FORMATTING],
-        cwd=ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    off, on = done.stdout.strip().splitlines()
+    off, on = _output_of_a_fresh_process(AUTOBAHN_FORMATTING).strip().splitlines()
     assert off == "(not formatted: debug messages are off)"
     assert on == "[('openHandshakeTimeout', 5)]"
