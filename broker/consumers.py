@@ -33,11 +33,13 @@ from django.db import close_old_connections, connections
 from broker import protocol
 from broker.audit import Actor
 from broker.errors import AuthenticationFailed, BrokerError, InvalidInput
+from broker.group_commit import GroupCommit
 from broker.notify import MESSAGE_TYPE as PUSH_TYPE
 from broker.notify import client_group
 from broker.protocol import Request
 from broker.selectors import deliveries_to_replay, last_position_of
 from broker.services import agents, presence
+from broker.services.deliveries import Confirmation, confirm_receipts
 
 # How often a thread of the pool checks its database connection (a round trip) before
 # using it. Channels checks before every call: a second round trip for most requests.
@@ -73,6 +75,8 @@ in_thread = partial(_DatabaseWork, thread_sensitive=False)
 # What a send to a socket that is closing raises: Daphne's (autobahn's) own error, and
 # the OSError that the ASGI specification asks of servers.
 SOCKET_CLOSED = (Disconnected, OSError)
+# The sessions' confirmations, run together (one statement for all that wait).
+_confirmations = GroupCommit(in_thread(confirm_receipts), key=lambda c: c.client.pk)
 logger = logging.getLogger(__name__)
 # Presence writes running in the background: kept here so that they are not collected
 # before they finish (the event loop holds tasks only weakly).
@@ -230,12 +234,13 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.channel_layer.group_add_blocking(self.group, self.channel_name)
         self.joined_at = time.monotonic()
 
-    def _rejoin_blocking(self, client_id: int) -> None:
+    async def _rejoin(self) -> None:
         """Join again (a Redis that restarted has forgotten the group), unless joined
         in the last half heartbeat interval: an idle agent's heartbeats each join, a
         busy agent's many confirmations do not each cost a Redis round trip."""
         if time.monotonic() - self.joined_at >= settings.AGENT_HEARTBEAT_S / 2:
-            self._join_blocking(client_id)
+            await self.channel_layer.group_add(self.group, self.channel_name)
+            self.joined_at = time.monotonic()
 
     @contextlib.asynccontextmanager
     async def _pushes_held(self):
@@ -347,16 +352,12 @@ class AgentConsumer(AsyncWebsocketConsumer):
         # The confirmation is also the heartbeat: the token is checked again, so that a
         # revocation whose notice was lost (Redis down) still ends the session; and the
         # group joined again, since a Redis that restarted has forgotten it.
-        stream = await in_thread(agents.confirm_while_live)(
-            token=self.token,
-            client=self.client,
-            position=position,
-            actor=self.actor,
-            join=self._rejoin_blocking,
-        )
+        confirmation = Confirmation(self.client, position, self.actor, self.token)
+        stream = await _confirmations.submit(confirmation)
         if stream is None:
             await self.session_revoked({})
             return None
+        await self._rejoin()
         if self._stalled_long(stream.confirmed_position, stream.last_position):
             # An agent that confirms but does not ask again for what it lacks (or whose
             # request was lost) is sent it anyway.

@@ -228,6 +228,7 @@ def _delivery(event: RoutedEvent, receiver_id: int) -> Delivery:
 # Under the leaf's lock no one else records deliveries for these receivers, so the
 # rows found missing here are exactly the ones inserted, and each receiver's positions
 # continue its stream without a gap: the stream's counter moves by what is inserted.
+# Streams are locked in client order, as confirmations lock them (no deadlock).
 INSERT_DELIVERIES = """
 WITH input AS (
     SELECT * FROM unnest(
@@ -243,7 +244,7 @@ WITH input AS (
     SELECT receiver_id, count(*) AS n FROM fresh GROUP BY receiver_id
 ), moved AS (
     INSERT INTO broker_receiverstream (client_id, last_position, confirmed_position)
-    SELECT receiver_id, n, 0 FROM counts
+    SELECT receiver_id, n, 0 FROM counts ORDER BY receiver_id
     ON CONFLICT (client_id)
     DO UPDATE SET last_position = broker_receiverstream.last_position + EXCLUDED.last_position
     RETURNING client_id, last_position

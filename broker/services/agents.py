@@ -14,14 +14,14 @@ from typing import Any
 from broker import audit, protocol
 from broker.audit import Actor
 from broker.errors import InvalidInput
-from broker.models import Client, ReceiverStream
+from broker.models import Client
 from broker.selectors import (
     deliveries_to_replay,
     last_position_of,
     position_after_delivery,
 )
 from broker.services.clients import authenticate_client, state_attributes
-from broker.services.deliveries import acknowledge_delivery, confirm_receipt_while_live
+from broker.services.deliveries import acknowledge_delivery
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
 
@@ -136,16 +136,3 @@ def acknowledge(
     acknowledge_delivery(
         client=client, delivery_id=delivery_id, status=status, result=result, actor=actor
     )
-
-
-def confirm_while_live(
-    *, token: str, client: Client, position: Any, actor: Actor, join: Callable[[int], None]
-) -> ReceiverStream | None:
-    """The agent's confirmation, which is also its heartbeat: None if its token no
-    longer lets it in (a revocation whose notice was lost ends the session here); else
-    confirm `position` and `join` its live pushes again (a Redis that restarted has
-    forgotten them)."""
-    stream = confirm_receipt_while_live(token=token, client=client, position=position, actor=actor)
-    if stream is not None:
-        join(client.pk)
-    return stream

@@ -4,6 +4,7 @@ them with results; and what becomes of those never confirmed before their event 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
@@ -12,8 +13,8 @@ from psycopg.types.json import Jsonb
 from broker import announcements, audit
 from broker.audit import Actor
 from broker.credentials import key_digest
-from broker.errors import InvalidInput, NotFound
-from broker.models import AuditEntry, Client, ClientToken, Delivery, ReceiverStream
+from broker.errors import BrokerError, InvalidInput, NotFound
+from broker.models import AuditEntry, Client, Delivery, ReceiverStream
 from broker.prepared import prepared_cursor
 from broker.selectors import live_token_ids_sql
 
@@ -101,82 +102,156 @@ def _checked_ack(delivery_id: Any, status: Any, result: Any) -> str:
     return ACK_STATUSES[status]
 
 
+@dataclass(frozen=True)
+class Confirmation:
+    """A client's agent has every delivery up to `position` (its stream's numbering).
+    With a session's `token`, it counts only while the token still lets the client in
+    (selectors.live_tokens)."""
+
+    client: Client
+    position: Any
+    actor: Actor
+    token: str | None = None
+
+
 def confirm_receipt(*, client: Client, position: Any, actor: Actor) -> ReceiverStream:
-    """The client's agent has every delivery up to `position` (its stream's numbering):
-    they are `delivered`. Confirming less than before changes nothing. Returns the
-    stream, whose `last_position` tells the agent whether it is missing some."""
-    return _confirmed(client, position, actor, live=("SELECT 1", []))
+    """The client's agent has every delivery up to `position`: they are `delivered`.
+    Confirming less than before changes nothing. Returns the stream, whose
+    `last_position` tells the agent whether it is missing some."""
+    return _one(Confirmation(client, position, actor))
 
 
 def confirm_receipt_while_live(
     *, token: str, client: Client, position: Any, actor: Actor
 ) -> ReceiverStream | None:
     """`confirm_receipt` for a session: None, and nothing changed, if `token` no
-    longer lets `client` in (selectors.live_tokens); else the stream, as there."""
-    live = f"SELECT FROM {ClientToken._meta.db_table} WHERE id IN ({live_token_ids_sql()})"
-    live_for_client = (f"{live} AND client_id = %s", [key_digest(token), client.pk])
-    return _confirmed(client, position, actor, live=live_for_client)
+    longer lets `client` in; else the stream, as there."""
+    return _one(Confirmation(client, position, actor, token))
 
 
-# A confirmation in one statement: whether the client may confirm (`live`), the
-# stream's end, the deliveries marked received (pending and expired ones: an agent that
-# says it has a delivery has it, even if its event expired before it said so) and the
-# stream's new confirmed position. That position only grows: the UPDATE checks it again
-# on the row it locks. An idle agent confirming what it confirmed before changes nothing.
-CONFIRM = """
-WITH live AS ({live}),
-stream AS (
-    SELECT coalesce(max(last_position), 0) AS last_position,
-           coalesce(max(confirmed_position), 0) AS confirmed_position
-    FROM broker_receiverstream WHERE client_id = %s
-),
-marked AS (
-    UPDATE broker_delivery AS d SET state = 'delivered', received_at = now()
-    FROM stream
-    WHERE EXISTS (SELECT FROM live) AND d.receiver_id = %s
-      AND d.position > stream.confirmed_position AND d.position <= %s
-      AND %s <= stream.last_position AND d.state IN ('pending', 'expired')
-    RETURNING d.event_id
-),
-moved AS (
-    UPDATE broker_receiverstream SET confirmed_position = %s
-    WHERE EXISTS (SELECT FROM live) AND client_id = %s
-      AND confirmed_position < %s AND %s <= last_position
-)
-SELECT EXISTS (SELECT FROM live), stream.last_position, stream.confirmed_position,
-       ARRAY(SELECT DISTINCT event_id FROM marked)
-FROM stream
-"""
+def _one(confirmation: Confirmation) -> ReceiverStream | None:
+    (outcome,) = confirm_receipts([confirmation])
+    if isinstance(outcome, BrokerError):
+        raise outcome
+    return outcome
 
 
-def _confirmed(
-    client: Client, position: Any, actor: Actor, *, live: tuple[str, list]
-) -> ReceiverStream | None:
-    target = f"client:{client.name}"
-    with audit.refusals_recorded(actor=actor, action="delivery.confirm", target=target):
-        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-            raise InvalidInput("position must be a whole number, 0 or more", field="position")
-        may, last, confirmed, events = _confirm(client, position, live)
-        if not may:
-            return None
-        if position > last:
-            raise InvalidInput(
-                f"position {position} is beyond this client's last delivery ({last})",
-                field="position",
-            )
+def confirm_receipts(
+    confirmations: list[Confirmation],
+) -> list[ReceiverStream | BrokerError | None]:
+    """Many confirmations (of distinct clients) in one statement, as agents' sessions
+    send them in bursts: each one's outcome in order, the stream, None (its token no
+    longer lets it in) or its refusal (audited), as `confirm_receipt` would give it."""
+    if len({c.client.pk for c in confirmations}) != len(confirmations):
+        raise ValueError("confirmations in one statement must be of distinct clients")
+    outcomes: list[ReceiverStream | BrokerError | Confirmation | None] = [
+        _refused_position(c) or c for c in confirmations
+    ]
+    valid = [c for c in outcomes if isinstance(c, Confirmation)]
+    rows = iter(_confirm_all(valid) if valid else [])
+    return [c if not isinstance(c, Confirmation) else _outcome(c, *next(rows)) for c in outcomes]
+
+
+def _refused_position(confirmation: Confirmation) -> BrokerError | None:
+    position = confirmation.position
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        return _refusal(confirmation, "position must be a whole number, 0 or more")
+    return None
+
+
+def _refusal(confirmation: Confirmation, message: str) -> BrokerError:
+    """The refusal, audited as the confirmation's."""
+    target = f"client:{confirmation.client.name}"
+    try:
+        with audit.refusals_recorded(
+            actor=confirmation.actor, action="delivery.confirm", target=target
+        ):
+            raise InvalidInput(message, field="position")
+    except BrokerError as error:
+        return error
+
+
+def _outcome(
+    confirmation: Confirmation, may: bool, last: int, confirmed: int, events: list
+) -> ReceiverStream | BrokerError | None:
+    if not may:
+        return None
+    position = confirmation.position
+    if position > last:
+        return _refusal(
+            confirmation, f"position {position} is beyond this client's last delivery ({last})"
+        )
     if events:
         transaction.on_commit(lambda: announcements.events_changed(events), robust=True)
     confirmed = max(confirmed, position)
-    return ReceiverStream(client=client, last_position=last, confirmed_position=confirmed)
+    return ReceiverStream(
+        client=confirmation.client, last_position=last, confirmed_position=confirmed
+    )
 
 
-def _confirm(client: Client, position: int, live: tuple[str, list]) -> tuple:
-    live_sql, live_params = live
-    params = [*live_params, client.pk, client.pk, position, position, position]
-    params += [client.pk, position, position]
+# Confirmations in one statement: for each, whether the client may confirm (a session's
+# token still live; none given: yes), the stream's end, the deliveries marked received
+# (pending and expired ones: an agent that says it has a delivery has it, even if its
+# event expired before it said so) and the stream's new confirmed position, which only
+# grows. Only streams that move are locked (an idle agent's repeated confirmation writes
+# nothing), in client order, as the leaves' delivery inserts lock them: two statements
+# locking the same streams cannot deadlock. Locking re-checks the row it locks.
+CONFIRM_ALL = """
+WITH input AS (
+    SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[])
+        WITH ORDINALITY AS i(client_id, position, digest, ord)
+),
+live AS (
+    SELECT input.client_id FROM input
+    WHERE input.digest IS NULL OR EXISTS (
+        SELECT FROM broker_clienttoken AS t
+        WHERE t.id IN ({live_ids}) AND t.client_id = input.client_id
+    )
+),
+stream AS (
+    SELECT input.ord, input.client_id,
+           coalesce(s.last_position, 0) AS last_position,
+           coalesce(s.confirmed_position, 0) AS confirmed_position
+    FROM input LEFT JOIN broker_receiverstream AS s ON s.client_id = input.client_id
+),
+locked AS (
+    SELECT s.client_id, s.confirmed_position, input.position
+    FROM broker_receiverstream AS s JOIN input ON input.client_id = s.client_id
+    WHERE s.client_id IN (SELECT client_id FROM live)
+      AND s.confirmed_position < input.position AND input.position <= s.last_position
+    ORDER BY s.client_id
+    FOR UPDATE OF s
+),
+marked AS (
+    UPDATE broker_delivery AS d SET state = 'delivered', received_at = now()
+    FROM locked
+    WHERE d.receiver_id = locked.client_id
+      AND d.position > locked.confirmed_position AND d.position <= locked.position
+      AND d.state IN ('pending', 'expired')
+    RETURNING d.receiver_id, d.event_id
+),
+moved AS (
+    UPDATE broker_receiverstream AS s SET confirmed_position = locked.position
+    FROM locked WHERE s.client_id = locked.client_id
+)
+SELECT live.client_id IS NOT NULL, stream.last_position, stream.confirmed_position,
+       ARRAY(SELECT DISTINCT m.event_id FROM marked AS m WHERE m.receiver_id = stream.client_id)
+FROM stream LEFT JOIN live ON live.client_id = stream.client_id
+ORDER BY stream.ord
+"""
+
+
+def _confirm_all(confirmations: list[Confirmation]) -> list[tuple]:
+    # The live-token rule's one parameter (the digest) is each row's own.
+    sql = CONFIRM_ALL.format(live_ids=live_token_ids_sql().replace("%s", "input.digest"))
+    columns = [
+        [c.client.pk for c in confirmations],
+        [c.position for c in confirmations],
+        [None if c.token is None else key_digest(c.token) for c in confirmations],
+    ]
     with prepared_cursor() as cursor:  # one statement: its own transaction
-        cursor.execute(CONFIRM.format(live=live_sql), params)
-        return cursor.fetchone()
+        cursor.execute(sql, columns)
+        return cursor.fetchall()
 
 
 EXPIRE_UNCONFIRMED = """

@@ -19,10 +19,13 @@ from broker.client import Agent, AgentError
 from broker.dispatch import transport
 from broker.dispatch.entry import send_unrouted_events
 from broker.models import Delivery, Event, ReceiverStream
+from broker.services.clients import issue_token
 from broker.services.deliveries import (
+    Confirmation,
     acknowledge_delivery,
     confirm_receipt,
     confirm_receipt_while_live,
+    confirm_receipts,
     expire_unconfirmed,
 )
 from broker.services.events import publish_event
@@ -178,6 +181,50 @@ def test_a_heartbeat_with_a_revoked_token_changes_nothing(cast):
     gone = confirm_receipt_while_live(token=cast["server"], client=client, position=1, actor=ISSUER)
     assert gone is None
     assert Delivery.objects.get(receiver=client).state == "pending"
+
+
+def test_confirmations_sharing_one_statement_each_get_their_own_outcome(cast):
+    from broker.errors import InvalidInput
+
+    for _ in range(2):  # no selector: to every web server
+        publish_event(sender=cast["controller_client"], content=COMMAND)
+    wait_until_idle()
+    live, beyond, revoked, tokenless = _receivers_with_deliveries(count=4, each=2)
+    revoked_token = issue_token(client=revoked, actor=ISSUER)
+    revoked.tokens.update(revoked_at=timezone.now())
+    outcomes = confirm_receipts(
+        [
+            Confirmation(live, 2, ISSUER, issue_token(client=live, actor=ISSUER)),
+            Confirmation(beyond, 3, ISSUER, issue_token(client=beyond, actor=ISSUER)),
+            Confirmation(revoked, 2, ISSUER, revoked_token),
+            Confirmation(tokenless, 1, ISSUER),
+        ]
+    )
+    assert (outcomes[0].last_position, outcomes[0].confirmed_position) == (2, 2)
+    assert isinstance(outcomes[1], InvalidInput) and "beyond" in str(outcomes[1])
+    assert outcomes[2] is None
+    assert (outcomes[3].last_position, outcomes[3].confirmed_position) == (2, 1)
+    assert _states(live) == ["delivered", "delivered"]
+    assert _states(beyond) == _states(revoked) == ["pending", "pending"]
+    assert _states(tokenless) == ["delivered", "pending"]
+    confirmed = ReceiverStream.objects.filter(client__in=[live, beyond, revoked, tokenless])
+    assert sorted(confirmed.values_list("confirmed_position", flat=True)) == [0, 0, 1, 2]
+
+
+def test_two_confirmations_of_one_client_never_share_a_statement(cast):
+    client = cast["server_client"]
+    with pytest.raises(ValueError, match="distinct clients"):
+        confirm_receipts([Confirmation(client, 0, ISSUER), Confirmation(client, 0, ISSUER)])
+
+
+def _receivers_with_deliveries(*, count: int, each: int) -> list:
+    """`count` receivers holding exactly `each` deliveries."""
+    from broker.models import Client
+
+    held = ReceiverStream.objects.filter(last_position=each).values_list("client_id", flat=True)
+    receivers = list(Client.objects.filter(pk__in=held).order_by("name")[:count])
+    assert len(receivers) == count, "the scenario has fewer receivers than the test needs"
+    return receivers
 
 
 def test_a_heartbeat_beyond_the_stream_is_refused_naming_the_position(cast):
