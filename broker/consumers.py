@@ -39,7 +39,12 @@ from broker.notify import client_group
 from broker.protocol import Request
 from broker.selectors import deliveries_to_replay, last_position_of
 from broker.services import agents, presence
-from broker.services.deliveries import Confirmation, confirm_receipts
+from broker.services.deliveries import (
+    Answer,
+    Confirmation,
+    acknowledge_deliveries,
+    confirm_receipts,
+)
 
 # How often a thread of the pool checks its database connection (a round trip) before
 # using it. Channels checks before every call: a second round trip for most requests.
@@ -75,8 +80,10 @@ in_thread = partial(_DatabaseWork, thread_sensitive=False)
 # What a send to a socket that is closing raises: Daphne's (autobahn's) own error, and
 # the OSError that the ASGI specification asks of servers.
 SOCKET_CLOSED = (Disconnected, OSError)
-# The sessions' confirmations, run together (one statement for all that wait).
+# The sessions' confirmations and answers, each kind run together (one statement for
+# all that wait).
 _confirmations = GroupCommit(in_thread(confirm_receipts), key=lambda c: c.client.pk)
+_answers = GroupCommit(in_thread(acknowledge_deliveries), key=lambda a: a.delivery_id)
 logger = logging.getLogger(__name__)
 # Presence writes running in the background: kept here so that they are not collected
 # before they finish (the event loop holds tasks only weakly).
@@ -335,13 +342,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
         return {"type": "published", **event}
 
     async def on_ack(self, request: Request) -> dict:
-        await in_thread(agents.acknowledge)(
+        answer = Answer(
             client=self.client,
             delivery_id=request.require("delivery", int, "a delivery id"),
             status=request.require("status", str, '"ok" or "failed"'),
             result=request.optional("result", dict, "an object", None),
             actor=self.actor,
         )
+        await _answers.submit(answer)
         return {"type": "ok"}
 
     async def on_received(self, request: Request) -> dict | None:

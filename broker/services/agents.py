@@ -21,7 +21,6 @@ from broker.selectors import (
     position_after_delivery,
 )
 from broker.services.clients import authenticate_client, state_attributes
-from broker.services.deliveries import acknowledge_delivery
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
 
@@ -127,12 +126,3 @@ def publish(
         actor=actor,
     )
     return {"event": str(event.pk), "channel": event.channel, "sequence": event.sequence}
-
-
-def acknowledge(
-    *, client: Client, delivery_id: int, status: str, result: dict | None, actor: Actor
-) -> None:
-    """The agent handled one of its deliveries."""
-    acknowledge_delivery(
-        client=client, delivery_id=delivery_id, status=status, result=result, actor=actor
-    )

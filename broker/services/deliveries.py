@@ -19,7 +19,20 @@ from broker.prepared import prepared_cursor
 from broker.selectors import live_token_ids_sql
 
 MAX_RESULT_BYTES = 16 * 1024
+MAX_ID = 2**63 - 1  # PostgreSQL's bigint
 ACK_STATUSES = {"ok": Delivery.State.ACKED, "failed": Delivery.State.FAILED}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A client's agent handled one of its deliveries: `status` "ok" or "failed",
+    with the command's `result` (an object, or None)."""
+
+    client: Client
+    delivery_id: Any
+    status: Any
+    result: Any
+    actor: Actor
 
 
 def acknowledge_delivery(
@@ -30,64 +43,120 @@ def acknowledge_delivery(
     Acknowledging again with the same status changes nothing (agents retry after a
     reconnect); changing an answered delivery's status is refused.
     """
-    target = f"client:{client.name}"
-    with audit.refusals_recorded(actor=actor, action="delivery.ack", target=target):
-        state = _checked_ack(delivery_id, status, result)
-        found = _answer_unless_answered(client, delivery_id, state, result, actor)
-        if found is None:
-            # Another receiver's delivery is "not found": ids reveal nothing.
-            raise NotFound(f"no delivery {delivery_id} for this client", field="delivery")
-        old_state, same_result, event_id, answered = found
-        if answered:
-            transaction.on_commit(lambda: announcements.events_changed([event_id]), robust=True)
-        elif old_state != state or not same_result:
-            raise InvalidInput(
-                f"delivery {delivery_id} was already answered ({old_state})",
-                field="delivery",
-            )
+    (outcome,) = acknowledge_deliveries([Answer(client, delivery_id, status, result, actor)])
+    if outcome is not None:
+        raise outcome
 
 
-# The answer in one statement, audited in it: the delivery locked, answered unless it
-# already was, and the change entry that audit.record_change would write; then its
-# state before, whether its result was this one, and whether this answered it.
-ANSWER_UNLESS_ANSWERED = """
-WITH old AS (
-    SELECT id, state, result, event_id FROM broker_delivery
-    WHERE id = %(delivery)s AND receiver_id = %(receiver)s FOR UPDATE
+def acknowledge_deliveries(answers: list[Answer]) -> list[BrokerError | None]:
+    """Many answers (of distinct deliveries) in one statement, as agents' sessions send
+    them in bursts: each one's refusal (audited), or None once recorded, in order."""
+    if len({a.delivery_id for a in answers}) != len(answers):
+        raise ValueError("answers in one statement must be of distinct deliveries")
+    checked = [_checked_answer(a) for a in answers]
+    valid = [
+        (a, state) for a, state in zip(answers, checked, strict=True) if isinstance(state, str)
+    ]
+    rows = iter(_answer_all(valid) if valid else [])
+    return [
+        _answer_outcome(a, state, *next(rows)) if isinstance(state, str) else state
+        for a, state in zip(answers, checked, strict=True)
+    ]
+
+
+def _checked_answer(answer: Answer) -> str | BrokerError:
+    """The delivery's new state, or the answer's refusal (audited)."""
+    try:
+        with _answer_refusals_audited(answer):
+            state = _checked_ack(answer.delivery_id, answer.status, answer.result)
+            if not 0 < answer.delivery_id <= MAX_ID:  # no such row: not worth a query
+                raise NotFound(
+                    f"no delivery {answer.delivery_id} for this client", field="delivery"
+                )
+            return state
+    except BrokerError as error:
+        return error
+
+
+def _answer_refusals_audited(answer: Answer):
+    target = f"client:{answer.client.name}"
+    return audit.refusals_recorded(actor=answer.actor, action="delivery.ack", target=target)
+
+
+def _answer_outcome(
+    answer: Answer, state: str, found: bool, old_state: str, same_result: bool, event_id, answered
+) -> BrokerError | None:
+    delivery_id = answer.delivery_id
+    try:
+        with _answer_refusals_audited(answer):
+            if not found:
+                raise _no_such_delivery(delivery_id)
+            if not answered and (old_state != state or not same_result):
+                raise InvalidInput(
+                    f"delivery {delivery_id} was already answered ({old_state})",
+                    field="delivery",
+                )
+    except BrokerError as error:
+        return error
+    if answered:
+        transaction.on_commit(lambda: announcements.events_changed([event_id]), robust=True)
+    return None
+
+
+def _no_such_delivery(delivery_id: int) -> NotFound:
+    # Another receiver's delivery is "not found" too: ids reveal nothing.
+    return NotFound(f"no delivery {delivery_id} for this client", field="delivery")
+
+
+# Answers in one statement, audited in it: the deliveries locked (in id order), each
+# answered unless it already was, and the change entries that audit.record_change
+# would write; then for each answer, whether its delivery was found, its state before,
+# whether its result was this one, its event, and whether this answered it.
+ANSWER_ALL = """
+WITH input AS (
+    SELECT * FROM unnest(%(deliveries)s::bigint[], %(receiver)s::bigint[], %(states)s::text[],
+                         %(results)s::jsonb[], %(actors)s::text[])
+        WITH ORDINALITY AS i(delivery, receiver, state, result, actor, ord)
+),
+old AS (
+    SELECT d.id, d.state, d.result, d.event_id, input.ord
+    FROM broker_delivery AS d JOIN input ON d.id = input.delivery AND d.receiver_id = input.receiver
+    ORDER BY d.id FOR UPDATE OF d
 ),
 answered AS (
     UPDATE broker_delivery AS d
-    SET state = %(state)s, result = %(result)s, acked_at = now(),
+    SET state = input.state, result = input.result, acked_at = now(),
         received_at = coalesce(d.received_at, now())
-    FROM old WHERE d.id = old.id AND old.state NOT IN ('acked', 'failed')
-    RETURNING d.id, d.event_id
+    FROM old JOIN input ON input.ord = old.ord
+    WHERE d.id = old.id AND old.state NOT IN ('acked', 'failed')
+    RETURNING d.id, d.event_id, input.ord, input.state, input.actor
 ),
 audited AS (
     INSERT INTO broker_auditentry (at, actor, action, target, outcome, reason, details)
-    SELECT now(), %(actor)s, 'delivery.ack', 'event:' || answered.event_id, %(done)s, '',
-           jsonb_build_object('delivery', answered.id, 'state', %(state)s::text)
-    FROM answered
+    SELECT now(), answered.actor, 'delivery.ack', 'event:' || answered.event_id, %(done)s, '',
+           jsonb_build_object('delivery', answered.id, 'state', answered.state)
+    FROM answered ORDER BY answered.ord
 )
-SELECT old.state, old.result IS NOT DISTINCT FROM %(result)s::jsonb, old.event_id,
-       EXISTS (SELECT FROM answered)
-FROM old
+SELECT old.id IS NOT NULL, old.state, old.result IS NOT DISTINCT FROM input.result,
+       old.event_id, EXISTS (SELECT FROM answered WHERE answered.ord = input.ord)
+FROM input LEFT JOIN old ON old.ord = input.ord
+ORDER BY input.ord
 """
 
 
-def _answer_unless_answered(
-    client: Client, delivery_id: int, state: str, result: Any, actor: Actor
-) -> tuple | None:
+def _answer_all(answers: list[tuple[Answer, str]]) -> list[tuple]:
     params = {
-        "delivery": delivery_id,
-        "receiver": client.pk,
-        "state": str(state),
-        "result": None if result is None else Jsonb(result),  # no result: SQL NULL
-        "actor": str(actor),
+        "deliveries": [a.delivery_id for a, _ in answers],
+        "receiver": [a.client.pk for a, _ in answers],
+        "states": [str(state) for _, state in answers],
+        # No result: SQL NULL (not JSON null).
+        "results": [None if a.result is None else Jsonb(a.result) for a, _ in answers],
+        "actors": [str(a.actor) for a, _ in answers],
         "done": AuditEntry.Outcome.DONE.value,
     }
     with prepared_cursor() as cursor:  # one statement: its own transaction
-        cursor.execute(ANSWER_UNLESS_ANSWERED, params)
-        return cursor.fetchone()
+        cursor.execute(ANSWER_ALL, params)
+        return cursor.fetchall()
 
 
 def _checked_ack(delivery_id: Any, status: Any, result: Any) -> str:

@@ -9,6 +9,7 @@ import asyncio
 import json
 import urllib.request
 from datetime import timedelta
+from functools import partial
 
 import pytest
 import redis
@@ -21,7 +22,9 @@ from broker.dispatch.entry import send_unrouted_events
 from broker.models import Delivery, Event, ReceiverStream
 from broker.services.clients import issue_token
 from broker.services.deliveries import (
+    Answer,
     Confirmation,
+    acknowledge_deliveries,
     acknowledge_delivery,
     confirm_receipt,
     confirm_receipt_while_live,
@@ -264,6 +267,44 @@ def test_an_answer_is_recorded_and_audited_once_and_only_by_its_receiver(cast):
                 client=mine.receiver, delivery_id=delivery_id, status="ok", actor=ISSUER
             )
     assert Delivery.objects.get(pk=other.pk).state == "pending"
+
+
+def test_answers_sharing_one_statement_each_get_their_own_outcome_and_audit(cast):
+    from broker.errors import InvalidInput, NotFound
+    from broker.models import AuditEntry
+
+    for _ in range(2):
+        publish_event(sender=cast["controller_client"], content=COMMAND)
+    wait_until_idle()
+    first, second = Delivery.objects.filter(receiver=cast["server_client"]).order_by("position")
+    other = Delivery.objects.exclude(receiver=cast["server_client"]).first()
+    acknowledge_delivery(client=first.receiver, delivery_id=first.pk, status="ok", actor=ISSUER)
+    mine = partial(Answer, cast["server_client"], actor=ISSUER)
+    outcomes = acknowledge_deliveries(
+        [
+            mine(second.pk, "failed", {"exit": 3}),
+            mine(first.pk, "ok", None),  # the same answer again: nothing changes
+            mine(other.pk, "ok", None),  # another receiver's
+            mine(2**70, "ok", None),
+            mine(10**9, "maybe", None),  # no such status (nor delivery)
+        ]
+    )
+    assert outcomes[:2] == [None, None]
+    assert [type(o) for o in outcomes[2:]] == [NotFound, NotFound, InvalidInput]
+    changed = acknowledge_deliveries([mine(first.pk, "failed", None)])
+    assert isinstance(changed[0], InvalidInput) and "already answered (acked)" in str(changed[0])
+    second.refresh_from_db()
+    assert (second.state, second.result) == ("failed", {"exit": 3})
+    done = AuditEntry.objects.filter(action="delivery.ack", outcome="done")
+    assert sorted(done.values_list("details__delivery", flat=True)) == [first.pk, second.pk]
+    refused = AuditEntry.objects.filter(action="delivery.ack").exclude(outcome="done")
+    assert refused.count() == 4
+
+
+def test_two_answers_to_one_delivery_never_share_a_statement(cast):
+    answer = Answer(cast["server_client"], 1, "ok", None, ISSUER)
+    with pytest.raises(ValueError, match="distinct deliveries"):
+        acknowledge_deliveries([answer, answer])
 
 
 def test_publishing_again_with_the_same_idempotency_key_returns_the_first_event(asgi_server, cast):
