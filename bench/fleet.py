@@ -72,16 +72,24 @@ def start_console(env: dict[str, str], workers: int, web: int) -> list[subproces
 
 
 def wait_for_answers(event, expected: int) -> None:
-    """Until `expected` receivers have answered (so that rounds do not overlap)."""
+    """Until `expected` receivers have answered and confirmed it (so that rounds do not
+    overlap: agents confirm receipt RECEIPT_DELAY_S after it, often after answering)."""
+    from django.db.models import F
+
     from broker.models import Delivery
 
+    done = Delivery.objects.filter(
+        event=event,
+        state__in=("acked", "failed"),
+        receiver__stream__confirmed_position__gte=F("position"),
+    )
     deadline = time.monotonic() + ROUND_TIMEOUT_S
     while time.monotonic() < deadline:
-        answered = Delivery.objects.filter(event=event, state__in=("acked", "failed")).count()
-        if answered >= expected:
+        finished = done.count()
+        if finished >= expected:
             return
         time.sleep(0.1)
-    print(f"  warning: only {answered} of {expected} answered within {ROUND_TIMEOUT_S:g} s")
+    print(f"  warning: only {finished} of {expected} answered within {ROUND_TIMEOUT_S:g} s")
 
 
 def publish_rounds(rounds: int, expected_alert: int, expected_command: int) -> None:
