@@ -225,6 +225,8 @@ def _refused_position(confirmation: Confirmation) -> BrokerError | None:
     position = confirmation.position
     if isinstance(position, bool) or not isinstance(position, int) or position < 0:
         return _refusal(confirmation, "position must be a whole number, 0 or more")
+    if position > MAX_ID:  # beyond any stream: not worth a query (nor valid in one)
+        return _refusal(confirmation, f"position {position} is beyond this client's stream")
     return None
 
 

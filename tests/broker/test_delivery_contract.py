@@ -233,7 +233,7 @@ def _receivers_with_deliveries(*, count: int, each: int) -> list:
 def test_a_heartbeat_beyond_the_stream_is_refused_naming_the_position(cast):
     from broker.errors import InvalidInput
 
-    for position in (5, -1, "1", True):
+    for position in (5, -1, "1", True, 2**70):
         with pytest.raises(InvalidInput) as refused:
             confirm_receipt_while_live(
                 token=cast["server"], client=cast["server_client"], position=position, actor=ISSUER
