@@ -329,8 +329,11 @@ def report(args, stats_dir: str, iis: int, phases) -> None:
         for part, values in ((f"{label}: publish -> push sent", tree),
                              (f"{label}: push sent -> receipt", push)):  # fmt: skip
             describe(part, values, len(values), 1)
-    repeats = sum(stats.get("repeats_dropped", 0) for stats in fleet_stats(stats_dir))
-    print(f"{'repeats dropped by the agents':>34}: {repeats} (timed once, at first arrival)")
+    # The baseline's probes (position 0) are dropped as repeats by design: not counted.
+    probes = len(found.get("baseline", []))
+    repeats = sum(stats.get("repeats_dropped", 0) for stats in fleet_stats(stats_dir)) - probes
+    print(f"{'repeats dropped by the agents':>34}: {repeats} (timed once, at first arrival;"
+          f" besides the {probes} baseline probes)")  # fmt: skip
     if phases is not None:
         phases.print()
 

@@ -19,6 +19,16 @@ from django.db.backends.postgresql.base import ServerBindingCursor
 from django.db.backends.utils import CursorWrapper
 
 
+class _ServerBindingCursor(ServerBindingCursor):
+    """Django logs a query from the cursor's `_query`, which psycopg sets when it sends
+    a statement unprepared and leaves unset when it runs a prepared one: the log said
+    None for every statement here. This sets it in both cases."""
+
+    def _send_query_prepared(self, name, pgq, *, binary=None) -> None:
+        self._query = pgq
+        super()._send_query_prepared(name, pgq, binary=binary)
+
+
 @contextmanager
 def prepared_cursor() -> Iterator[CursorWrapper]:
     """A cursor of the default connection binding its parameters on the server, wrapped
@@ -27,7 +37,7 @@ def prepared_cursor() -> Iterator[CursorWrapper]:
     Only for statements whose parameters PostgreSQL can type: a bare `%s` that could be
     anything needs a cast (`%s::text`)."""
     connection.ensure_connection()
-    raw = ServerBindingCursor(connection.connection)
+    raw = _ServerBindingCursor(connection.connection)
     # Django's own wrapping of a new cursor (BaseDatabaseWrapper.cursor() does the same).
     with connection._prepare_cursor(raw) as cursor:
         yield cursor

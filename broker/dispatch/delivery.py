@@ -19,17 +19,16 @@ from django.utils import timezone
 from broker import announcements, audit, notify
 from broker.audit import Actor
 from broker.dispatch.events import RoutedEvent, live_events
-from broker.dispatch.state import LeafState
+from broker.dispatch.state import LEAF_LOCK_NAMESPACE, LeafState
 from broker.models import Delivery
 from broker.notify import Pushed
 from broker.prepared import prepared_cursor
 from broker.selectors import client_names
 
-LEAF_LOCK_NAMESPACE = 7_101
-
 
 def lock_leaf(dispatcher_id: int) -> None:
-    """Serialise delivery at one leaf (inside the caller's transaction)."""
+    """Serialise delivery at one leaf (inside the caller's transaction); the tree's own
+    hops take the lock with the leaf's state (`state.locked_leaf_state`)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [LEAF_LOCK_NAMESPACE, dispatcher_id])
 

@@ -22,6 +22,7 @@ from broker.models import (
     Dispatcher,
     DispatcherSummary,
 )
+from broker.prepared import prepared_cursor
 from broker.selectors import attributes_by_client, newest_policies, vocabulary
 from broker.vocabulary import Vocabulary
 from policies import Matcher, Policy, PolicySyntaxError, Selector
@@ -79,9 +80,7 @@ class LeafState:
         self.dispatcher_id = dispatcher_id
         self.matcher = Matcher()
         self.horizon = snapshot_xmin()
-        self._reload(
-            Client.objects.filter(dispatcher_id=dispatcher_id).values_list("id", flat=True)
-        )
+        self.reload(Client.objects.filter(dispatcher_id=dispatcher_id).values_list("id", flat=True))
 
     def refresh(self) -> set[int]:
         """Apply changes not surely seen before; return the changed client ids.
@@ -92,10 +91,11 @@ class LeafState:
         """
         self.horizon, changed = clients_changed_since(self.horizon, [self.dispatcher_id])
         if changed:
-            self._reload(changed)
+            self.reload(changed)
         return changed
 
-    def _reload(self, client_ids: Iterable[int]) -> None:
+    def reload(self, client_ids: Iterable[int]) -> None:
+        """Read these clients again (those no longer receivers here leave)."""
         ids = list(client_ids)
         receivers = _receivers(self.dispatcher_id, ids)
         for client_id in ids:
@@ -157,17 +157,42 @@ def snapshot_xmin() -> int:
 _leaves: dict[int, LeafState] = {}
 
 
-def leaf_state(dispatcher_id: int) -> tuple[LeafState, set[int]]:
-    """The fresh state of a leaf and the clients changed since it was last used.
+# Serialises delivery at one leaf, whichever process serves it (a transaction lock).
+LEAF_LOCK_NAMESPACE = 7_101
+
+# The leaf's lock, the snapshot's horizon and the clients changed since the last one,
+# in one statement: a round trip less on every hop that delivers. Both reads use the
+# statement's snapshot, taken before the lock was granted: a change committed while it
+# waited is at or above the new horizon, so it is read next time (as one committed
+# just after the read always was); later statements see everything before the lock.
+LOCK_AND_CHANGES = f"""
+SELECT pg_advisory_xact_lock(%s, %s)::text,
+       pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
+       ARRAY(SELECT client_id FROM {ClientChange._meta.db_table}
+             WHERE dispatcher_id = %s AND txid >= %s)
+"""
+
+
+def locked_leaf_state(dispatcher_id: int) -> tuple[LeafState, set[int]]:
+    """Take the leaf's lock (until the transaction ends); return its fresh state and
+    the clients changed since it was last used.
 
     A state built afresh reports all its receivers as changed: whatever happened while
     no process held it, they must be caught up on the live events they now match.
     """
     state = _leaves.get(dispatcher_id)
+    horizon = state.horizon if state is not None else 0
+    with prepared_cursor() as cursor:
+        lock = [LEAF_LOCK_NAMESPACE, dispatcher_id]
+        cursor.execute(LOCK_AND_CHANGES, [*lock, dispatcher_id, horizon])
+        _, following, changed = cursor.fetchone()
     if state is None:
         state = _leaves[dispatcher_id] = LeafState(dispatcher_id)
         return state, set(state.matcher.selected(None))
-    return state, state.refresh()
+    state.horizon, changed = following, set(changed)
+    if changed:
+        state.reload(changed)
+    return state, changed
 
 
 def forget_leaf(dispatcher_id: int) -> None:

@@ -22,7 +22,7 @@ from django.utils import timezone
 from broker import audit
 from broker.dispatch import state as dispatch_state
 from broker.dispatch import transport, wakeups
-from broker.dispatch.delivery import deliver_late, deliver_routed, lock_leaf
+from broker.dispatch.delivery import deliver_late, deliver_routed
 from broker.dispatch.events import RoutedEvent, live_events, recent_policy_inputs, wire_of
 from broker.dispatch.summary import Summary
 from broker.dispatch.transport import RouteHop
@@ -110,8 +110,7 @@ def leaf_session(leaf_id: int):
     """
     try:
         with transaction.atomic():
-            lock_leaf(leaf_id)
-            yield dispatch_state.leaf_state(leaf_id)
+            yield dispatch_state.locked_leaf_state(leaf_id)
     except BaseException:
         dispatch_state.forget_leaf(leaf_id)
         raise

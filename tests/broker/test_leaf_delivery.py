@@ -10,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from broker import audit
 from broker.audit import Actor
 from broker.dispatch import state as dispatch_state
+from broker.dispatch.entry import clients_changed
 from broker.dispatch.events import live_events
 from broker.dispatch.steps import DOWN, route
 from broker.models import AuditEntry, Client, Delivery
@@ -132,3 +133,36 @@ def _reads_client_names(sql: str) -> bool:
     return (
         '"broker_client"."name" AS "name" FROM "broker_client" WHERE "broker_client"."id" IN' in sql
     )
+
+
+# Committed transactions: the horizon moves past a change only once it committed.
+@pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+def test_a_leaf_state_is_locked_and_refreshed_in_one_statement(stream):
+    receiver, _ = stream
+    leaf = receiver.dispatcher_id
+    with transaction.atomic():
+        _, changed = dispatch_state.locked_leaf_state(leaf)  # built afresh: everyone
+    assert receiver.pk in changed
+    clients_changed([receiver])  # as an attribute change logs it
+    with transaction.atomic():
+        state, changed = dispatch_state.locked_leaf_state(leaf)
+        assert not _leaf_lock_free(leaf)  # held until the transaction ends
+    assert changed == {receiver.pk} and receiver.pk in state.matcher
+    assert _leaf_lock_free(leaf)
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        assert dispatch_state.locked_leaf_state(leaf)[1] == set()  # the change seen once
+    (statement,) = [q["sql"] for q in queries if q["sql"] not in ("BEGIN", "COMMIT")]
+    assert "pg_advisory_xact_lock" in statement and "broker_clientchange" in statement
+
+
+def _leaf_lock_free(leaf_id: int) -> bool:
+    """Whether another connection could take the leaf's lock now."""
+    import psycopg
+
+    settings = connection.get_connection_params()
+    with psycopg.connect(**settings, autocommit=True) as other:
+        lock = [dispatch_state.LEAF_LOCK_NAMESPACE, leaf_id]
+        taken = other.execute("SELECT pg_try_advisory_lock(%s, %s)", lock).fetchone()[0]
+        if taken:
+            other.execute("SELECT pg_advisory_unlock(%s, %s)", lock)
+        return taken

@@ -45,10 +45,12 @@ def test_the_orm_and_plain_cursors_prepare_nothing():
 
 
 def test_prepared_statements_are_logged_and_fail_with_djangos_errors():
-    with CaptureQueriesContext(connection) as captured, prepared_cursor() as cursor:
-        cursor.execute("SELECT %s::int + 1", [41])
-        assert cursor.fetchone() == (42,)
-    assert len(captured) == 1
+    with CaptureQueriesContext(connection) as captured:
+        for _ in range(2):  # prepared at the first run, reused at the second
+            with prepared_cursor() as cursor:
+                cursor.execute("SELECT %s::int + 1", [41])
+                assert cursor.fetchone() == (42,)
+    assert [query["sql"] for query in captured] == ["SELECT $1::int + 1"] * 2
     with pytest.raises(DataError), prepared_cursor() as cursor:
         cursor.execute("SELECT %s::int", ["not a number"])
 

@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect, sync_playwright
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
@@ -51,3 +52,17 @@ def shot(page, name: str) -> None:
     """Save a full-page screenshot as an artifact to look at (var/artifacts/NAME.png)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=ARTIFACTS / f"{name}.png", full_page=True)
+
+
+def element_shot(locator, name: str, attempts: int = 3) -> None:
+    """Save a screenshot of one element as an artifact. A live region may swap the
+    element for a fresh copy while it is being taken (a trailing update): then the
+    locator finds the new one and the shot is taken again."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, attempts + 1):
+        try:
+            locator.screenshot(path=ARTIFACTS / f"{name}.png")
+            return
+        except PlaywrightError as error:
+            if "not attached to the DOM" not in str(error) or attempt == attempts:
+                raise

@@ -22,7 +22,7 @@ from console.views.reports import page_query
 from reports.jobs import job
 from reports.models import ReportRun
 from reports.selectors import UNFINISHED
-from tests.browser.conftest import ARTIFACTS, log_in, shot
+from tests.browser.conftest import element_shot, log_in, shot
 from tests.cast import AUDITOR, create_member
 from tests.reports.incident import Incident, play_incident
 
@@ -139,7 +139,7 @@ def test_each_report_runs_from_its_page_live_with_charts_tables_and_csv(
         table = page.locator(f'table[data-section="{expected.section}"] tbody tr')
         expect(table.first).to_be_visible()
         shot(page, f"report-{expected.kind}")
-        page.locator(".results").screenshot(path=ARTIFACTS / f"report-{expected.kind}-charts.png")
+        element_shot(page.locator(".results"), f"report-{expected.kind}-charts")
         rows, header = download_csv(page, expected.section)
         assert header == job(expected.kind).SECTIONS[expected.section].field_names
         assert rows
