@@ -70,9 +70,7 @@ def _checked_answer(answer: Answer) -> str | BrokerError:
         with _answer_refusals_audited(answer):
             state = _checked_ack(answer.delivery_id, answer.status, answer.result)
             if not 0 < answer.delivery_id <= MAX_ID:  # no such row: not worth a query
-                raise NotFound(
-                    f"no delivery {answer.delivery_id} for this client", field="delivery"
-                )
+                raise _no_such_delivery(answer.delivery_id)
             return state
     except BrokerError as error:
         return error
@@ -114,7 +112,7 @@ def _no_such_delivery(delivery_id: int) -> NotFound:
 # whether its result was this one, its event, and whether this answered it.
 ANSWER_ALL = """
 WITH input AS (
-    SELECT * FROM unnest(%(deliveries)s::bigint[], %(receiver)s::bigint[], %(states)s::text[],
+    SELECT * FROM unnest(%(deliveries)s::bigint[], %(receivers)s::bigint[], %(states)s::text[],
                          %(results)s::jsonb[], %(actors)s::text[])
         WITH ORDINALITY AS i(delivery, receiver, state, result, actor, ord)
 ),
@@ -147,7 +145,7 @@ ORDER BY input.ord
 def _answer_all(answers: list[tuple[Answer, str]]) -> list[tuple]:
     params = {
         "deliveries": [a.delivery_id for a, _ in answers],
-        "receiver": [a.client.pk for a, _ in answers],
+        "receivers": [a.client.pk for a, _ in answers],
         "states": [str(state) for _, state in answers],
         # No result: SQL NULL (not JSON null).
         "results": [None if a.result is None else Jsonb(a.result) for a, _ in answers],
