@@ -89,7 +89,11 @@ class LeafState:
         (reloading a client twice is harmless); below it, every change was committed
         before the previous read and so was seen then.
         """
-        self.horizon, changed = clients_changed_since(self.horizon, [self.dispatcher_id])
+        return self.advance(*clients_changed_since(self.horizon, [self.dispatcher_id]))
+
+    def advance(self, horizon: int, changed: set[int]) -> set[int]:
+        """Move to `horizon`, reading the changed clients again; return them."""
+        self.horizon = horizon
         if changed:
             self.reload(changed)
         return changed
@@ -189,10 +193,7 @@ def locked_leaf_state(dispatcher_id: int) -> tuple[LeafState, set[int]]:
     if state is None:
         state = _leaves[dispatcher_id] = LeafState(dispatcher_id)
         return state, set(state.matcher.selected(None))
-    state.horizon, changed = following, set(changed)
-    if changed:
-        state.reload(changed)
-    return state, changed
+    return state, state.advance(following, set(changed))
 
 
 def forget_leaf(dispatcher_id: int) -> None:
