@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -81,8 +82,38 @@ def current_attributes(client: Client, *, now=None) -> dict:
 
 def attested_attributes(client: Client, *, now=None) -> dict:
     """Only values an authority attested: what receivers' policies see as `sender.x`."""
-    values = live_values(client, now=now).filter(source=AttributeValue.Source.AUTHORITY)
-    return dict(values.values_list("name", "value"))
+    return dict(_attested_values(client, now=now).values_list("name", "value"))
+
+
+def _attested_values(client: Client | int, *, now=None) -> QuerySet[AttributeValue]:
+    return live_values(client, now=now).filter(source=AttributeValue.Source.AUTHORITY)
+
+
+# Stand-ins compiled into `attested_attributes_sql`, then named there.
+_PROBES = {-1: "client", datetime(1901, 2, 3, tzinfo=UTC): "now"}
+
+
+@dataclass(frozen=True)
+class CompiledQuery:
+    """An ORM query compiled once to SQL with named placeholders: those its runs fill
+    in (say `%(client)s`), and its constants, bound in `constants`."""
+
+    sql: str
+    constants: dict[str, Any]
+
+
+@cache
+def attested_attributes_sql() -> CompiledQuery:
+    """`attested_attributes` as SQL selecting (name, value), for statements that read
+    them in passing (publishing): its runs give %(client)s (an id) and %(now)s."""
+    client, now = _PROBES
+    sql, params = _attested_values(client, now=now).values("name", "value").query.sql_with_params()
+    names = [_PROBES.get(param, f"attested_{index}") for index, param in enumerate(params)]
+    if sorted(set(_PROBES.values()) & set(names)) != ["client", "now"]:
+        raise RuntimeError(f"attested_attributes compiles with parameters {params!r}")
+    placeholders = iter(f"%({name})s" for name in names)
+    constants = {n: p for n, p in zip(names, params, strict=True) if n not in _PROBES.values()}
+    return CompiledQuery(re.sub("%s", lambda _: next(placeholders), sql), constants)
 
 
 # ---------------------------------------------------------------------------
@@ -374,12 +405,24 @@ def vocabulary() -> Vocabulary:
     """The current vocabulary, cached per process and read again when a model
     attribute, an event attribute or a client was added or removed since (one short
     query tells). The same content keeps the same object, and so its parse caches."""
+    return stamped_vocabulary()[1]
+
+
+def stamped_vocabulary(*, ask: bool = True) -> tuple[tuple, Vocabulary]:
+    """`vocabulary()` with the stamp it was read at. With ask=False, as last read,
+    without asking whether it changed since (read now if it never was): for a writer
+    that checks the stamp in its own statement (`VOCABULARY_STAMP`) and asks again if
+    it moved."""
+    known = _known.get("routing")
+    if known is not None and not ask:
+        return known
     return _current("routing", _routing_vocabulary)
 
 
 def search_vocabulary() -> Vocabulary:
     """The vocabulary the fleet is searched with: selectors typed by every model."""
-    return _current("search", lambda: Vocabulary(receiver=model_vocabulary(), sender={}, event={}))
+    build = lambda: Vocabulary(receiver=model_vocabulary(), sender={}, event={})  # noqa: E731
+    return _current("search", build)[1]
 
 
 def _routing_vocabulary() -> Vocabulary:
@@ -388,27 +431,36 @@ def _routing_vocabulary() -> Vocabulary:
     )
 
 
-def _current(kind: str, build) -> Vocabulary:
+def _current(kind: str, build) -> tuple[tuple, Vocabulary]:
+    # The stamp is read first: what is built is at least as new as the stamp says.
     stamp = _vocabulary_stamp()
     known = _known.get(kind)
     if known is not None and known[0] == stamp:
-        return known[1]
+        return known
     fresh = build()
     if known is not None and known[1] == fresh:
         fresh = known[1]
     _known[kind] = (stamp, fresh)
-    return fresh
+    return stamp, fresh
 
 
 def _vocabulary_stamp() -> tuple:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {VOCABULARY_STAMP}")
+        return cursor.fetchone()
+
+
+def _stamp_sql() -> str:
     # Sequences never hand out an id twice, so a new row always moves a maximum; the
     # counts see removals. Clients are many and never deleted: their maximum suffices.
     tables = [ModelAttribute._meta.db_table, EventAttribute._meta.db_table]
     parts = [f"(SELECT count(*) FROM {t}), (SELECT max(id) FROM {t})" for t in tables]
     clients = f"(SELECT max(id) FROM {Client._meta.db_table})"
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {', '.join(parts)}, {clients}")
-        return cursor.fetchone()
+    return ", ".join([*parts, clients])
+
+
+# What the vocabulary is read from, as SQL selecting five numbers (NULL for none).
+VOCABULARY_STAMP = _stamp_sql()
 
 
 def live_tokens(token: str) -> QuerySet[ClientToken]:

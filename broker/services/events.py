@@ -6,22 +6,30 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cache, partial
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from broker import audit
 from broker.announcements import EVENTS, announce
 from broker.attributes import check_value
 from broker.audit import Actor
 from broker.dispatch.entry import route_published
-from broker.errors import InvalidInput, NotAuthorised, PolicyRejected
+from broker.errors import BrokerError, InvalidInput, NotAuthorised, PolicyRejected
 from broker.models import Client, Event
 from broker.prepared import prepared_cursor
-from broker.selectors import attested_attributes, vocabulary
+from broker.selectors import (
+    VOCABULARY_STAMP,
+    attested_attributes_sql,
+    stamped_vocabulary,
+    vocabulary,
+)
 from broker.vocabulary import Vocabulary
 from policies import PolicySyntaxError, Selector
 
@@ -59,25 +67,41 @@ def publish_event(
     that did not answer `resend_of`).
     """
     actor = actor or Actor("client", sender.name)
-    audited = audit.refusals_recorded(
+    audited = partial(
+        audit.refusals_recorded,
         actor=actor,
         action="event.publish",
         target=f"client:{sender.name}",
         details={"channel": str(channel)[:128]},
     )
-    with audited:
-        _check_publish(sender, content, selector, lifetime_s, channel)
-        key = _checked_key(idempotency_key)
-        request = PublishRequest(dict(content), selector.strip(), lifetime_s, channel)
-        earlier = _earlier_event(sender, key, request)
-    if earlier is not None:
-        return earlier
     origin = Origin(str(actor), recipients, resend_of)
+    stamp, words = stamped_vocabulary(ask=False)
+    for _attempt in range(VOCABULARY_ATTEMPTS):
+        with audited():
+            _check_publish(sender, content, selector, lifetime_s, channel, words)
+            key = _checked_key(idempotency_key)
+            request = PublishRequest(dict(content), selector.strip(), lifetime_s, channel)
+            earlier = _earlier_event(sender, key, request)
+        if earlier is not None:
+            return earlier
+        event = _publish_or_earlier(sender, request, key, origin, stamp, audited)
+        if event is not None:
+            return event
+        # Declarations changed since `words` was read: check the event again.
+        stamp, words = stamped_vocabulary()
+    with audited():
+        raise BrokerError(
+            f"declarations changed {VOCABULARY_ATTEMPTS} times while the event was being"
+            " checked; nothing was published: publish it again"
+        )
+
+
+def _publish_or_earlier(sender, request, key, origin, stamp, audited) -> Event | None:
     try:
-        return _publish(sender, request, key, origin)
+        return _publish(sender, request, key, origin, stamp)
     except IntegrityError:
         # Another publish with the same key committed in between: it wins.
-        with audited:
+        with audited():
             earlier = _earlier_event(sender, key, request)
         if earlier is None:
             raise
@@ -103,9 +127,16 @@ class Origin:
     resend_of: Event | None = None
 
 
-def _publish(sender: Client, request: PublishRequest, key: str, origin: Origin) -> Event:
-    with transaction.atomic():
-        event = _create_event(sender, request, key, origin)
+def _publish(
+    sender: Client, request: PublishRequest, key: str, origin: Origin, stamp: tuple
+) -> Event | None:
+    """Insert and route the event; None if the vocabulary moved from `stamp`."""
+    # Inside a caller's transaction, a savepoint: a failure (a repeated key) must leave
+    # that transaction usable. Alone, the one statement is its own transaction.
+    with transaction.atomic() if connection.in_atomic_block else nullcontext():
+        event = _insert_event(sender, request, key, origin, stamp)
+        if event is None:
+            return None
         # The first hop is sent once the event commits; should it be lost, the sweep
         # sends it again: an accepted event is never left without its routing.
         route_published(event)
@@ -157,17 +188,16 @@ def check_event(
     actor = actor or Actor("client", sender.name)
     target = f"client:{sender.name}"
     with audit.refusals_recorded(actor=actor, action="event.preview", target=target):
-        return _check_publish(sender, content, selector, lifetime_s, channel)
+        return _check_publish(sender, content, selector, lifetime_s, channel, vocabulary())
 
 
 def _check_publish(
-    sender: Client, content: Any, selector: str, lifetime_s: Any, channel: Any
+    sender: Client, content: Any, selector: str, lifetime_s: Any, channel: Any, words: Vocabulary
 ) -> Selector | None:
-    """Refuse what may not be published; return the selector typed by the vocabulary."""
+    """Refuse what may not be published; return the selector typed by `words`."""
     if not sender.can_send:
         raise NotAuthorised(f"{sender.name} is not allowed to send", field="sender")
     _check_content(content)
-    words = vocabulary()
     _check_declared_content(content, words)
     if isinstance(lifetime_s, bool) or not isinstance(lifetime_s, int):
         raise InvalidInput("lifetime_s must be a whole number of seconds", field="lifetime_s")
@@ -237,31 +267,55 @@ def _check_selector(selector: Any, words: Vocabulary) -> Selector | None:
         ) from None
 
 
-NEXT_SEQUENCE = """
-INSERT INTO broker_channelcursor (sender_id, channel, last_sequence) VALUES (%s, %s, 1)
-ON CONFLICT (sender_id, channel)
-DO UPDATE SET last_sequence = broker_channelcursor.last_sequence + 1
-RETURNING last_sequence
+# Publishing is one statement: it checks that the vocabulary the event was checked
+# with is still the current one, numbers the event in its channel, reads the sender's
+# attested attributes and inserts the event. Run on its own it needs no transaction
+# (no BEGIN, no COMMIT), and the channel's cursor row stays locked until it commits, so
+# sequence n commits before n+1 is handed out.
+PUBLISH = """
+WITH unchanged AS (
+    SELECT WHERE ROW({stamp}) IS NOT DISTINCT FROM
+        ROW(%(s0)s::bigint, %(s1)s::bigint, %(s2)s::bigint, %(s3)s::bigint, %(s4)s::bigint)
+), numbered AS (
+    INSERT INTO broker_channelcursor (sender_id, channel, last_sequence)
+    SELECT %(sender)s::bigint, %(channel)s::text, 1 FROM unchanged
+    ON CONFLICT (sender_id, channel)
+    DO UPDATE SET last_sequence = broker_channelcursor.last_sequence + 1
+    RETURNING last_sequence
+), attested AS (
+    SELECT coalesce(jsonb_object_agg(live.name, live.value), '{{}}') AS attributes
+    FROM ({attested}) AS live
+)
+INSERT INTO broker_event (
+    id, sender_id, channel, sequence, content, selector, sender_attributes, lifetime_s,
+    published_at, expires_at, idempotency_key, sent_by, resend_of_id, recipients
+)
+SELECT %(id)s::uuid, %(sender)s::bigint, %(channel)s::text, numbered.last_sequence,
+    %(content)s::jsonb, %(selector)s::text, attested.attributes, %(lifetime_s)s::integer,
+    %(published_at)s::timestamptz, %(expires_at)s::timestamptz, %(idempotency_key)s::text,
+    %(sent_by)s::text, %(resend_of)s::uuid, %(recipients)s::bigint[]
+FROM numbered, attested
+RETURNING sequence, sender_attributes, txid
 """
+# The vocabulary changed while an event was being checked, again and again.
+VOCABULARY_ATTEMPTS = 5
 
 
-def _next_sequence(sender: Client, channel: str) -> int:
-    """Number the event in one statement. The cursor row stays locked until commit,
-    so sequence n commits before n+1 is handed out."""
-    with prepared_cursor() as cursor:
-        cursor.execute(NEXT_SEQUENCE, [sender.pk, channel])
-        return cursor.fetchone()[0]
+@cache
+def _publish_sql() -> str:
+    return PUBLISH.format(stamp=VOCABULARY_STAMP, attested=attested_attributes_sql().sql)
 
 
-def _create_event(sender: Client, request: PublishRequest, key: str, origin: Origin) -> Event:
+def _insert_event(
+    sender: Client, request: PublishRequest, key: str, origin: Origin, stamp: tuple
+) -> Event | None:
+    """Insert the event in one statement; None if the vocabulary moved from `stamp`."""
     now = timezone.now()
-    return Event.objects.create(
+    event = Event(
         sender=sender,
         channel=request.channel,
-        sequence=_next_sequence(sender, request.channel),
         content=request.content,
         selector=request.selector,
-        sender_attributes=attested_attributes(sender, now=now),
         lifetime_s=request.lifetime_s,
         published_at=now,
         expires_at=now + timedelta(seconds=request.lifetime_s),
@@ -270,3 +324,31 @@ def _create_event(sender: Client, request: PublishRequest, key: str, origin: Ori
         recipients=origin.recipients,
         resend_of=origin.resend_of,
     )
+    attested = {**attested_attributes_sql().constants, "client": sender.pk, "now": now}
+    with prepared_cursor() as cursor:
+        cursor.execute(_publish_sql(), {**_publish_params(event, stamp), **attested})
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    event.sequence, attributes, event.txid = row
+    event.sender_attributes = json.loads(attributes)  # Django reads jsonb as text
+    event._state.adding, event._state.db = False, connection.alias
+    return event
+
+
+def _publish_params(event: Event, stamp: tuple) -> dict[str, Any]:
+    return {
+        **{f"s{index}": value for index, value in enumerate(stamp)},
+        "id": event.id,
+        "sender": event.sender_id,
+        "channel": event.channel,
+        "content": Jsonb(event.content),
+        "selector": event.selector,
+        "lifetime_s": event.lifetime_s,
+        "published_at": event.published_at,
+        "expires_at": event.expires_at,
+        "idempotency_key": event.idempotency_key,
+        "sent_by": event.sent_by,
+        "resend_of": event.resend_of_id,
+        "recipients": event.recipients,
+    }

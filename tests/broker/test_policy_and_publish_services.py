@@ -1,10 +1,15 @@
 """Policies are versioned and refused whole; events carry attested sender attributes."""
 
+from datetime import timedelta
+
 import pytest
+from django.db import connection
+from django.utils import timezone
 
 from broker.audit import Actor
+from broker.dispatch.consumer import StatementCounter
 from broker.errors import InvalidInput, NotAuthorised, PolicyRejected
-from broker.models import AuditEntry, Event
+from broker.models import AttributeValue, AuditEntry, Event, EventAttribute
 from broker.scenario import WEB_SERVER_POLICY, load_scenario
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
@@ -211,3 +216,51 @@ def test_undeclared_content_is_published_but_no_policy_can_test_it(scenario):
             text="accept event.note exists",
             actor=Actor("user", "olivia"),
         )
+
+
+def test_a_published_event_reads_back_as_it_was_returned(scenario):
+    sender = scenario.controllers["northwest-controller"]
+    event = publish_event(
+        sender=sender,
+        content={"alert": "worm", "note": "ünïcode ✓"},
+        selector='receiver.software == "IIS"',
+        channel="worm/2026",
+        idempotency_key="key-1",
+        recipients=[scenario.servers[0].pk],
+    )
+    stored = Event.objects.get(pk=event.pk)
+    fields = [f.attname for f in Event._meta.concrete_fields]
+    assert {f: getattr(stored, f) for f in fields} == {f: getattr(event, f) for f in fields}
+    assert stored.txid and stored.recipients == [scenario.servers[0].pk]
+
+
+def test_attested_values_that_expired_or_were_revoked_are_not_the_senders(scenario):
+    sender = scenario.controllers["northwest-controller"]
+    values = AttributeValue.objects.filter(client=sender)
+    values.filter(name="trust").update(expires_at=timezone.now() - timedelta(seconds=1))
+    values.filter(name="region").update(revoked_at=timezone.now())
+    event = publish_event(sender=sender, content={"alert": "worm"})
+    assert event.sender_attributes == {"organization": "Government", "scope": "regional"}
+
+
+def test_an_event_checked_before_a_declaration_is_checked_again_under_it(scenario):
+    sender = scenario.controllers["northwest-controller"]
+    publish_event(sender=sender, content={"alert": "worm"})  # the vocabulary is read
+    # Declared by another process: this one's vocabulary has not seen it.
+    EventAttribute.objects.create(name="severity", type="int")
+    with pytest.raises(InvalidInput) as refused:
+        publish_event(sender=sender, content={"alert": "worm", "severity": "high"})
+    assert refused.value.field == "content.severity"
+    assert Event.objects.count() == 1
+
+
+@pytest.mark.django_db(databases=["default", "audit"], transaction=True)
+def test_publishing_outside_a_transaction_is_one_statement():
+    scenario = load_scenario(servers=2)
+    sender = scenario.controllers["northwest-controller"]
+    publish_event(sender=sender, content={"alert": "worm"})  # the vocabulary is read
+    statements = StatementCounter()
+    with connection.execute_wrapper(statements):
+        event = publish_event(sender=sender, content={"alert": "worm"})
+    assert statements.count == 1
+    assert Event.objects.get(pk=event.pk).sequence == 2
