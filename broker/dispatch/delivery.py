@@ -13,7 +13,6 @@ from itertools import groupby
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Max
 from django.utils import timezone
 
 from broker import announcements, audit, notify
@@ -184,22 +183,37 @@ def _stream_events(stream: tuple[int, str], batch: list[RoutedEvent]) -> list[Ro
     return [e for e in found if e.id not in in_batch]
 
 
+# Each receiver's last sequence in each stream: one backward step of the index on
+# (receiver, sender, channel, sequence) per pair, whatever the stream's length (a
+# GROUP BY would read every delivery of the stream).
+POSITIONS = """
+SELECT r.receiver_id, s.sender_id, s.channel, held.sequence
+FROM unnest(%s::bigint[]) AS r(receiver_id)
+CROSS JOIN unnest(%s::bigint[], %s::text[]) AS s(sender_id, channel)
+CROSS JOIN LATERAL (
+    SELECT d.sequence FROM broker_delivery AS d
+    WHERE d.receiver_id = r.receiver_id AND d.sender_id = s.sender_id AND d.channel = s.channel
+    ORDER BY d.sequence DESC
+    LIMIT 1
+) AS held
+"""
+
+
 def _positions(receivers, streams: list[tuple[int, str]]) -> dict[tuple[int, int, str], int]:
     """{(receiver, sender, channel): highest sequence held} for these receivers and
-    streams, in one query (it may return a few other streams too; they are ignored)."""
+    streams (none held: absent), in one query."""
     if not receivers or not streams:
         return {}
-    rows = (
-        Delivery.objects.filter(
-            receiver_id__in=list(receivers),
-            sender_id__in={sender for sender, _ in streams},
-            channel__in={channel for _, channel in streams},
+    with prepared_cursor() as cursor:
+        cursor.execute(
+            POSITIONS,
+            [
+                list(receivers),
+                [sender for sender, _ in streams],
+                [channel for _, channel in streams],
+            ],
         )
-        .values("receiver_id", "sender_id", "channel")
-        .annotate(position=Max("sequence"))
-        .values_list("receiver_id", "sender_id", "channel", "position")
-    )
-    return {(receiver, sender, channel): position for receiver, sender, channel, position in rows}
+        return {(receiver, sender, channel): held for receiver, sender, channel, held in cursor}
 
 
 def _matches(state: LeafState, receiver_id: int, event: RoutedEvent) -> bool:
