@@ -14,8 +14,10 @@ process's reader hands such a message to one fan-out task, which calls the handl
 all the consumers it names in turn, in the order the messages came. Other messages, and
 channels without a handler, are served as before.
 
-Agents' logins join their client's group from a worker thread, inside the login's one
-database round trip (`group_add_blocking`), on a plain Redis client of the same server.
+Both ends that write from worker threads do so on a plain (blocking) Redis client of
+the same server: leaves push from their routing threads (`group_send_each`), agents'
+logins join their client's group inside the login's one database round trip
+(`group_add_blocking`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 import redis
 from channels_redis.core import RedisChannelLayer
 from redis.asyncio import BlockingConnectionPool
+from redis.commands.core import Script
 from redis.driver_info import DriverInfo
 
 POOL_WAIT_S = 30
@@ -87,6 +90,7 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
         self._fan_out_queue: asyncio.Queue | None = None
         self._fan_out_task: asyncio.Task | None = None
         self._blocking_clients: dict[int, redis.Redis] = {}
+        self._registered: dict[int, tuple[Script, Script]] = {}
 
     def create_pool(self, index: int):
         host = dict(self.hosts[index])
@@ -95,12 +99,16 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
             address, timeout=POOL_WAIT_S, driver_info=DRIVER_INFO, **host
         )
 
-    # Sending ------------------------------------------------------------------------
+    # Sending and joining from worker threads ------------------------------------------
+    # Leaves push from their routing threads, and logins join groups from theirs: on a
+    # plain Redis client per host, shared by the process's threads, rather than a hop to
+    # an event loop and back (a thread switch each way, under load a wait for the GIL).
 
-    async def group_send_each(self, payloads: dict[str, Any], *, message_type: str) -> None:
+    def group_send_each(self, payloads: dict[str, Any], *, message_type: str) -> None:
         """Send every group in `payloads` its own payload. A consumer receives
-        {"type": message_type, "groups": {group: payload, ...}} and reads its group's."""
-        members = await self._members(list(payloads))
+        {"type": message_type, "groups": {group: payload, ...}} and reads its group's.
+        Blocking: for a caller in a worker thread."""
+        members = self._members(list(payloads))
         messages: dict[bytes, dict] = {}
         index_of: dict[bytes, int] = {}
         for group, channels in members.items():
@@ -115,9 +123,9 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
                     index_of[key] = self.consistent_hash(non_local)
                 message["groups"][group] = payloads[group]
                 message["__asgi_channel__"].append(channel)
-        await self._store(messages, index_of)
+        self._store(messages, index_of)
 
-    async def _members(self, groups: list[str]) -> dict[str, list[str]]:
+    def _members(self, groups: list[str]) -> dict[str, list[str]]:
         """{group: its live member channels}, in one round trip per Redis host."""
         by_index: dict[int, list[str]] = defaultdict(list)
         for group in groups:
@@ -126,13 +134,13 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
         members: dict[str, list[str]] = {}
         for index, its_groups in by_index.items():
             keys = [self._group_key(group) for group in its_groups]
-            found = await self.connection(index).eval(MEMBERS_LUA, len(keys), *keys, oldest)
+            found = self._scripts(index)[0](keys=keys, args=[oldest])
             for group, joined in zip(its_groups, found, strict=True):
                 if joined:
                     members[group] = joined.decode().split(" ")
         return members
 
-    async def _store(self, messages: dict[bytes, dict], index_of: dict[bytes, int]) -> None:
+    def _store(self, messages: dict[bytes, dict], index_of: dict[bytes, int]) -> None:
         by_index: dict[int, list[bytes]] = defaultdict(list)
         for key in messages:
             by_index[index_of[key]].append(key)
@@ -142,27 +150,36 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
             args = [self.serialize(messages[key]) for key in keys]
             args += [self.get_capacity(messages[key]["__asgi_channel__"][0]) for key in keys]
             args += [now, self.expiry, int(now) - int(self.expiry)]
-            over += await self.connection(index).eval(SEND_LUA, len(keys), *keys, *args)
+            over += self._scripts(index)[1](keys=keys, args=args)
         if over:
             raise ChannelFullError(f"{over} receiving processes are at channel capacity")
 
-    # Joining from a worker thread ------------------------------------------------------
-
     def group_add_blocking(self, group: str, channel: str) -> None:
-        """`group_add` for a caller in a worker thread (no event loop): the same Redis
-        entries, on a plain client shared by the process's threads."""
-        index = self.consistent_hash(group)
+        """`group_add` for a caller in a worker thread: the same Redis entries."""
+        key = self._group_key(group)
+        pipe = self.blocking_client(self.consistent_hash(group)).pipeline(transaction=False)
+        pipe.zadd(key, {channel: time.time()})
+        pipe.expire(key, self.group_expiry)
+        pipe.execute()
+
+    def blocking_client(self, index: int) -> redis.Redis:
+        """The plain (blocking) client of Redis host `index`, shared by the threads."""
         client = self._blocking_clients.get(index)
         if client is None:
             host = dict(self.hosts[index])
             address = host.pop("address")
             client = redis.Redis.from_url(address, driver_info=DRIVER_INFO, **host)
             client = self._blocking_clients.setdefault(index, client)
-        key = self._group_key(group)
-        pipe = client.pipeline(transaction=False)
-        pipe.zadd(key, {channel: time.time()})
-        pipe.expire(key, self.group_expiry)
-        pipe.execute()
+        return client
+
+    def _scripts(self, index: int) -> tuple[Script, Script]:
+        """MEMBERS_LUA and SEND_LUA on host `index`, run by their digest (EVALSHA)."""
+        scripts = self._registered.get(index)
+        if scripts is None:
+            client = self.blocking_client(index)
+            scripts = (client.register_script(MEMBERS_LUA), client.register_script(SEND_LUA))
+            scripts = self._registered.setdefault(index, scripts)
+        return scripts
 
     # Receiving: local fan-out -----------------------------------------------------------
 

@@ -66,7 +66,7 @@ def push(deliveries: Iterable[Pushed]) -> None:
     for delivery in deliveries:
         by_receiver.setdefault(delivery.receiver_id, []).append(delivery.as_message())
     if by_receiver:
-        on_push_loop(_send_all(by_receiver))
+        _send_all(by_receiver)
 
 
 def end_sessions(client_id: int) -> None:
@@ -98,9 +98,10 @@ _loop_lock = threading.Lock()
 
 
 def _push_loop() -> asyncio.AbstractEventLoop:
-    """One long-lived event loop per process for pushes. The Redis channel layer keeps
-    a connection pool per loop: a fresh loop per call (async_to_sync from a worker)
-    would open new connections for every batch."""
+    """One long-lived event loop per process for what threads send through the async
+    channel layer (sessions ended, announcements; deliveries go on its blocking client).
+    The layer keeps a connection pool per loop: a fresh loop per call (async_to_sync
+    from a worker) would open new connections for every batch."""
     global _loop
     with _loop_lock:
         if _loop is None or _loop.is_closed():
@@ -109,22 +110,22 @@ def _push_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
-async def _send_all(by_receiver: dict[int, list[dict]]) -> None:
+def _send_all(by_receiver: dict[int, list[dict]]) -> None:
     # One Redis message per receiving process, whatever the number of receivers.
     payloads = {client_group(receiver): items for receiver, items in by_receiver.items()}
     sent_at = time.time()
     layer = get_channel_layer()
-    await layer.group_send_each(payloads, message_type=MESSAGE_TYPE)
+    layer.group_send_each(payloads, message_type=MESSAGE_TYPE)
     if settings.PUSH_LOG_KEY:
-        await _log_push(layer, sent_at, by_receiver)
+        _log_push(layer, sent_at, by_receiver)
 
 
-async def _log_push(layer, sent_at: float, by_receiver: dict[int, list[dict]]) -> None:
+def _log_push(layer, sent_at: float, by_receiver: dict[int, list[dict]]) -> None:
     """For benchmarks (settings.PUSH_LOG_KEY): when this push was sent, and with
     which deliveries."""
     deliveries = [item["delivery"] for items in by_receiver.values() for item in items]
     entry = orjson.dumps({"sent_at": sent_at, "deliveries": deliveries})
-    await layer.connection(0).rpush(settings.PUSH_LOG_KEY, entry)
+    layer.blocking_client(0).rpush(settings.PUSH_LOG_KEY, entry)
 
 
 def end_sessions_of(client_ids: list[int]) -> None:

@@ -15,7 +15,9 @@ def test_each_member_reads_its_own_groups_payload_from_one_shared_message():
         await layer.group_add("test.alpha", a)
         await layer.group_add("test.alpha", b)
         await layer.group_add("test.beta", c)
-        await layer.group_send_each(
+        # As a leaf pushes: blocking, from a worker thread.
+        await asyncio.to_thread(
+            layer.group_send_each,
             {"test.alpha": [1, 2], "test.beta": [3], "test.nobody": [4]},
             message_type="test.push",
         )
