@@ -14,7 +14,8 @@ the tree's consumers counted, at leaves and at inner dispatchers.
 
 Real parts: PostgreSQL and Redis (private ones under var/bench unless DATABASE_URL /
 REDIS_URL are set), Celery worker processes for the tree, the Redis channel layer for
-the pushes. The driver (this process) publishes through the broker's services.
+the pushes. The driver publishes through the broker's services, from one process or,
+with --ponger-processes, the pongers from others.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import secrets
 import statistics
@@ -45,6 +47,7 @@ from bench.services import (  # noqa: E402
 )
 
 PING_TIMEOUT_S = 2.0
+READY_TIMEOUT_S = 120
 ATTRIBUTE_CHANGE_S = 10.0
 LIFETIME_S = 60
 MODES = ("matching", "relay", "floor")
@@ -142,39 +145,68 @@ class Results:
     publish_statements: int = 0
     hop_stats: dict = field(default_factory=dict)
 
+    def add(self, other: Results) -> None:
+        """Take in what another driving process measured (the pinger's clock rules)."""
+        for name in ("round_trips_ms", "ping_fanout_ms", "pong_return_ms", "publish_ms"):
+            getattr(self, name).extend(getattr(other, name))
+        for name in ("published", "notifications", "lost_pongs", "publish_statements"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
 
 class Experiment:
-    """Drives pinger and pongers over the channel layer for `duration` seconds."""
+    """The clients of one driving process over the channel layer: the pinger, which
+    plays the rounds and times them, or a share of the pongers, which answer.
 
-    def __init__(self, cast: Cast, duration: float, threads: int, floor: bool) -> None:
+    Times that cross processes (a ping's or a pong's sending) travel in the content as
+    wall-clock seconds: the processes share the machine's clock."""
+
+    def __init__(self, cast: Cast, clients: list, *, threads: int, floor: bool) -> None:
         self.cast = cast
+        self.clients = clients
         self.floor = floor
         self.sequences: dict[int, int] = {}
-        self.duration = duration
         self.pool = ThreadPoolExecutor(max_workers=threads)
         self.results = Results()
         self.pending_ping: dict[str, float] = {}
         self.answered: asyncio.Event | None = None
         self.pongs_seen = 0
         self.in_flight: set[asyncio.Task] = set()
+        self.counting = True
 
-    async def run(self) -> Results:
-        from channels.layers import get_channel_layer
-
-        self.layer = get_channel_layer()
+    async def run_pinger(self, duration: float, ready) -> Results:
+        """Play rounds for `duration` seconds once every driving process is `ready`."""
         self.answered = asyncio.Event()
-        readers = [
-            asyncio.create_task(self._reader(c)) for c in [self.cast.pinger, *self.cast.pongers]
-        ]
+        readers = await self._start_readers(ready)
         changer = asyncio.create_task(self._change_attributes())
-        await asyncio.sleep(0.5)  # let every reader join its group
         started = time.monotonic()
-        while time.monotonic() - started < self.duration:
+        while time.monotonic() - started < duration:
             await self._one_round()
         self.results.seconds = time.monotonic() - started
         for task in [*readers, changer]:
             task.cancel()
         return self.results
+
+    async def run_pongers(self, ready, stop) -> Results:
+        """Answer pings until `stop` is set."""
+        readers = await self._start_readers(ready)
+        while not stop.is_set():
+            await asyncio.sleep(0.05)
+        self.counting = False
+        if self.in_flight:
+            await asyncio.wait(self.in_flight)
+        for task in readers:
+            task.cancel()
+        return self.results
+
+    async def _start_readers(self, ready) -> list[asyncio.Task]:
+        from channels.layers import get_channel_layer
+
+        self.layer = get_channel_layer()
+        readers = [asyncio.create_task(self._reader(client)) for client in self.clients]
+        await asyncio.sleep(0.5)  # let every reader join its group
+        # A driving process that failed to start breaks the barrier: no endless wait.
+        await asyncio.get_running_loop().run_in_executor(None, ready.wait, READY_TIMEOUT_S)
+        return readers
 
     async def _one_round(self) -> None:
         ping_id = secrets.token_hex(6)
@@ -196,15 +228,13 @@ class Experiment:
         while True:
             message = await self.layer.receive(channel)
             for item in message["groups"][client_group(client.id)]:
-                self.results.notifications += 1
+                self.results.notifications += self.counting
                 await self._handle(client, is_pinger, item["content"])
 
     async def _handle(self, client, is_pinger: bool, content: dict) -> None:
         if content["kind"] == "ping" and not is_pinger:
-            if content["ping"] in self.pending_ping:
-                sent = self.pending_ping[content["ping"]]
-                self.results.ping_fanout_ms.append((time.monotonic() - sent) * 1000)
-            pong = {"kind": "pong", "ping": content["ping"], "sent": time.monotonic()}
+            self.results.ping_fanout_ms.append((time.time() - content["sent"]) * 1000)
+            pong = {"kind": "pong", "ping": content["ping"]}
             # Keep a reference: the loop holds tasks only weakly.
             task = asyncio.create_task(self._publish(client, pong))
             self.in_flight.add(task)
@@ -212,7 +242,7 @@ class Experiment:
         elif content["kind"] == "pong" and is_pinger and content["ping"] in self.pending_ping:
             sent = self.pending_ping[content["ping"]]
             self.results.round_trips_ms.append((time.monotonic() - sent) * 1000)
-            self.results.pong_return_ms.append((time.monotonic() - content["sent"]) * 1000)
+            self.results.pong_return_ms.append((time.time() - content["sent"]) * 1000)
             self.pongs_seen += 1
             if self.pongs_seen == len(self.cast.pongers):
                 self.answered.set()
@@ -220,6 +250,7 @@ class Experiment:
     async def _publish(self, client, content: dict) -> None:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
+        content = {**content, "sent": time.time()}
         if self.floor:
             sequence = self.sequences[client.id] = self.sequences.get(client.id, 0) + 1
             await loop.run_in_executor(
@@ -276,8 +307,7 @@ def run_mode(env: dict[str, str], args, mode: str) -> Results:
     workers = start_workers(env, args.workers, mode)
     try:
         wait_for_tree_idle(timeout_s=120)
-        experiment = Experiment(cast, args.duration, args.threads, floor=mode == "floor")
-        results = asyncio.run(experiment.run())
+        results = drive(cast, args, floor=mode == "floor")
         results.hop_stats = hop_stats()
     finally:
         for worker in workers:
@@ -286,6 +316,53 @@ def run_mode(env: dict[str, str], args, mode: str) -> Results:
             worker.wait(timeout=30)
     connections.close_all()
     return results
+
+
+def drive(cast: Cast, args, *, floor: bool) -> Results:
+    """The pinger in this process, and the pongers too unless --ponger-processes shares
+    them among others. On this 2-core machine one process is best: more processes
+    take more of the cores the tree runs on. With cores to spare, sharing them lifts
+    the bound one process puts on the floor (reading 2,500 notifications a round at 50
+    pongers, waiting for its own interpreter lock)."""
+    ids = [ponger.id for ponger in cast.pongers]
+    shares = [ids[i :: args.ponger_processes] for i in range(args.ponger_processes)]
+    shares = [share for share in shares if share]
+    # Spawned, not forked: a forked process would share this one's channel-layer
+    # client prefix, and so the Redis list this process's channels are read from.
+    context = multiprocessing.get_context("spawn")
+    ready, stop, answers = context.Barrier(len(shares) + 1), context.Event(), context.Queue()
+    children = [
+        context.Process(
+            target=_pongers, args=(cast.pinger.id, share, args, floor, ready, stop, answers)
+        )
+        for share in shares
+    ]
+    for child in children:
+        child.start()
+    clients = [cast.pinger] if shares else [cast.pinger, *cast.pongers]
+    pinger = Experiment(cast, clients, threads=args.threads, floor=floor)
+    try:
+        results = asyncio.run(pinger.run_pinger(args.duration, ready))
+    finally:
+        stop.set()
+    for _child in children:
+        results.add(Results(**answers.get(timeout=120)))
+    for child in children:
+        child.join(timeout=30)
+    return results
+
+
+def _pongers(pinger_id: int, share: list[int], args, floor: bool, ready, stop, answers) -> None:
+    """A process answering for the pongers whose ids are `share`."""
+    import django
+
+    django.setup()
+    from broker.models import Client
+
+    clients = Client.objects.in_bulk([pinger_id, *share])
+    cast = Cast(clients[pinger_id], [clients[i] for i in share], authority=None)
+    experiment = Experiment(cast, cast.pongers, threads=args.threads, floor=floor)
+    answers.put(asyncio.run(experiment.run_pongers(ready, stop)).__dict__)
 
 
 def hop_stats() -> dict[str, int]:
@@ -347,7 +424,15 @@ def main() -> None:
     parser.add_argument("--pongers", type=int, default=50)
     parser.add_argument("--duration", type=float, default=30.0, help="seconds per mode")
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
-    parser.add_argument("--threads", type=int, default=8, help="publishing threads")
+    parser.add_argument(
+        "--threads", type=int, default=8, help="publishing threads per driving process"
+    )
+    parser.add_argument(
+        "--ponger-processes",
+        type=int,
+        default=0,
+        help="driving processes sharing the pongers (0: the pinger's process drives them)",
+    )
     parser.add_argument("--depth", type=int, default=2)
     parser.add_argument("--branching", type=int, default=2)
     parser.add_argument("--single", choices=MODES, help=argparse.SUPPRESS)
