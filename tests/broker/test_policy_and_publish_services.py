@@ -11,6 +11,7 @@ from broker.dispatch.consumer import StatementCounter
 from broker.errors import InvalidInput, NotAuthorised, PolicyRejected
 from broker.models import AttributeValue, AuditEntry, Event, EventAttribute
 from broker.scenario import WEB_SERVER_POLICY, load_scenario
+from broker.services import events
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
 
@@ -264,3 +265,15 @@ def test_publishing_outside_a_transaction_is_one_statement():
         event = publish_event(sender=sender, content={"alert": "worm"})
     assert statements.count == 1
     assert Event.objects.get(pk=event.pk).sequence == 2
+
+
+def test_a_vocabulary_that_keeps_moving_does_not_stop_publishing(scenario, monkeypatch):
+    # A fleet being enrolled moves the vocabulary's stamp with every client.
+    words = events.stamped_vocabulary()[1]
+    monkeypatch.setattr(events, "stamped_vocabulary", lambda **_: ((-1,) * 5, words))
+    statements = StatementCounter()
+    with connection.execute_wrapper(statements):
+        event = publish_event(sender=scenario.controllers["northwest-controller"], content={"n": 1})
+    assert Event.objects.get().pk == event.pk
+    # A savepoint and the statement per attempt; only the last one, unchecked, inserts.
+    assert statements.count == 3 * events.VOCABULARY_ATTEMPTS
