@@ -446,21 +446,22 @@ def _current(kind: str, build) -> tuple[tuple, Vocabulary]:
 
 def _vocabulary_stamp() -> tuple:
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {VOCABULARY_STAMP}")
+        cursor.execute(f"SELECT {', '.join(VOCABULARY_STAMP)}")
         return cursor.fetchone()
 
 
-def _stamp_sql() -> str:
+def _stamp_parts() -> tuple[str, ...]:
     # Sequences never hand out an id twice, so a new row always moves a maximum; the
     # counts see removals. Clients are many and never deleted: their maximum suffices.
     tables = [ModelAttribute._meta.db_table, EventAttribute._meta.db_table]
-    parts = [f"(SELECT count(*) FROM {t}), (SELECT max(id) FROM {t})" for t in tables]
-    clients = f"(SELECT max(id) FROM {Client._meta.db_table})"
-    return ", ".join([*parts, clients])
+    parts = []
+    for table in tables:
+        parts += [f"(SELECT count(*) FROM {table})", f"(SELECT max(id) FROM {table})"]
+    return (*parts, f"(SELECT max(id) FROM {Client._meta.db_table})")
 
 
-# What the vocabulary is read from, as SQL selecting five numbers (NULL for none).
-VOCABULARY_STAMP = _stamp_sql()
+# What the vocabulary is read from: SQL expressions, each a number (NULL for none).
+VOCABULARY_STAMP = _stamp_parts()
 
 
 def live_tokens(token: str) -> QuerySet[ClientToken]:

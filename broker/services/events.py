@@ -276,8 +276,7 @@ def _check_selector(selector: Any, words: Vocabulary) -> Selector | None:
 # sequence n commits before n+1 is handed out.
 PUBLISH = """
 WITH unchanged AS (
-    SELECT WHERE NOT %(check)s::boolean OR ROW({stamp}) IS NOT DISTINCT FROM
-        ROW(%(s0)s::bigint, %(s1)s::bigint, %(s2)s::bigint, %(s3)s::bigint, %(s4)s::bigint)
+    SELECT WHERE NOT %(check)s::boolean OR ROW({stamp}) IS NOT DISTINCT FROM ROW({expected})
 ), numbered AS (
     INSERT INTO broker_channelcursor (sender_id, channel, last_sequence)
     SELECT %(sender)s::bigint, %(channel)s::text, 1 FROM unchanged
@@ -305,7 +304,9 @@ VOCABULARY_ATTEMPTS = 5
 
 @cache
 def _publish_sql() -> str:
-    return PUBLISH.format(stamp=VOCABULARY_STAMP, attested=attested_attributes_sql().sql)
+    expected = ", ".join(f"%(s{index})s::bigint" for index in range(len(VOCABULARY_STAMP)))
+    stamp = ", ".join(VOCABULARY_STAMP)
+    return PUBLISH.format(stamp=stamp, expected=expected, attested=attested_attributes_sql().sql)
 
 
 def _insert_event(
@@ -341,7 +342,10 @@ def _insert_event(
 def _publish_params(event: Event, stamp: tuple | None) -> dict[str, Any]:
     return {
         "check": stamp is not None,
-        **{f"s{index}": value for index, value in enumerate(stamp or (None,) * 5)},
+        **{
+            f"s{index}": value
+            for index, value in enumerate(stamp or (None,) * len(VOCABULARY_STAMP))
+        },
         "id": event.id,
         "sender": event.sender_id,
         "channel": event.channel,
