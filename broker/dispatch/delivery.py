@@ -33,9 +33,14 @@ def lock_leaf(dispatcher_id: int) -> None:
 
 
 def deliver_routed(state: LeafState, events: list[RoutedEvent]) -> dict[str, int]:
-    """Deliver `events` to the leaf's matching receivers; return deliveries per event."""
-    counts: dict[str, int] = defaultdict(int)
-    pending: list[Delivery] = []
+    """Deliver `events` to the leaf's matching receivers; return deliveries per event.
+
+    One statement in the usual case: each receiver's position in the stream is read
+    by the insert itself, which writes the rows that continue it. Where a receiver
+    is further behind than the batch reaches (a hole: events of the stream it has not
+    been given and the batch does not hold), the insert leaves that receiver's rows
+    out and returns its position, and its stream is planned with the events between.
+    """
     matched = {e.id: _receivers_of(state, e) for e in events}
     if settings.TREE_MATCHING:
         _audit_policy_refusals(state, events, matched)
@@ -43,16 +48,44 @@ def deliver_routed(state: LeafState, events: list[RoutedEvent]) -> dict[str, int
         (stream, list(group))
         for stream, group in groupby(sorted(events, key=_order), key=lambda e: e.stream)
     ]
-    receivers = set().union(*matched.values())
-    positions = _positions(receivers, [stream for stream, _ in streams])
-    for stream, batch in streams:
-        plans = _plan_stream(state, stream, batch, matched, positions)
-        for receiver_id, planned in plans.items():
-            for event in planned:
-                counts[event.id] += 1
-                pending.append(_delivery(event, receiver_id))
-    insert_deliveries(pending)
+    pushed, behind = _insert(
+        [row for stream, batch in streams for row in _straight_rows(batch, matched)]
+    )
+    if behind:
+        pushed += _insert([(d, 0) for d in _planned(state, streams, matched, behind)])[0]
+    counts: dict[str, int] = defaultdict(int)
+    for delivery in pushed:
+        counts[delivery.event_id] += 1
     return counts
+
+
+def _straight_rows(batch: list[RoutedEvent], matched) -> list[tuple[Delivery, int]]:
+    """Each receiver's matched events of one stream's batch, in sequence order, with
+    the lowest last sequence they may follow without a hole in the receiver's stream:
+    the one before the run of consecutive sequences the batch ends with."""
+    sequences = {e.sequence for e in batch}
+    run_start = batch[-1].sequence
+    while run_start - 1 in sequences:
+        run_start -= 1
+    rows = []
+    for receiver_id in sorted(set().union(*(matched[e.id] for e in batch))):
+        rows.extend(
+            (_delivery(e, receiver_id), run_start - 1)
+            for e in batch
+            if receiver_id in matched[e.id]
+        )
+    return rows
+
+
+def _planned(state, streams, matched, behind) -> list[Delivery]:
+    """The deliveries of the receivers `behind` ({(receiver, sender, channel):
+    position}) in the streams they are behind in, the events between included."""
+    pending = []
+    for stream, batch in streams:
+        receivers = sorted(r for (r, *pair) in behind if tuple(pair) == stream)
+        plans = _plan_stream(state, stream, batch, matched, behind, receivers)
+        pending.extend(_delivery(e, r) for r, planned in plans.items() for e in planned)
+    return pending
 
 
 def deliver_late(state: LeafState, receiver_ids: set[int]) -> int:
@@ -146,11 +179,13 @@ def _order(event: RoutedEvent) -> tuple:
     return (event.sender_id, event.channel, event.sequence)
 
 
-def _plan_stream(state, stream, batch, matched, positions) -> dict[int, list[RoutedEvent]]:
+def _plan_stream(
+    state, stream, batch, matched, positions, receivers
+) -> dict[int, list[RoutedEvent]]:
     plans = {}
     gaps: list[RoutedEvent] | None = None
     sequences = {e.sequence for e in batch}
-    for receiver_id in set().union(*(matched[e.id] for e in batch)):
+    for receiver_id in receivers:
         position = positions.get((receiver_id, *stream), 0)
         due = [e for e in batch if receiver_id in matched[e.id] and e.sequence > position]
         if not due:
@@ -183,19 +218,23 @@ def _stream_events(stream: tuple[int, str], batch: list[RoutedEvent]) -> list[Ro
     return [e for e in found if e.id not in in_batch]
 
 
-# Each receiver's last sequence in each stream: one backward step of the index on
-# (receiver, sender, channel, sequence) per pair, whatever the stream's length (a
-# GROUP BY would read every delivery of the stream).
-POSITIONS = """
-SELECT r.receiver_id, s.sender_id, s.channel, held.sequence
-FROM unnest(%s::bigint[]) AS r(receiver_id)
-CROSS JOIN unnest(%s::bigint[], %s::text[]) AS s(sender_id, channel)
-CROSS JOIN LATERAL (
+# A receiver's last sequence in a stream (`pairs`: receiver_id, sender_id, channel):
+# one backward step of the index on (receiver, sender, channel, sequence), whatever
+# the stream's length (a GROUP BY would read every delivery of the stream).
+LAST_SEQUENCE = """
     SELECT d.sequence FROM broker_delivery AS d
-    WHERE d.receiver_id = r.receiver_id AND d.sender_id = s.sender_id AND d.channel = s.channel
+    WHERE d.receiver_id = pairs.receiver_id AND d.sender_id = pairs.sender_id
+        AND d.channel = pairs.channel
     ORDER BY d.sequence DESC
     LIMIT 1
-) AS held
+"""
+
+POSITIONS = f"""
+SELECT pairs.receiver_id, pairs.sender_id, pairs.channel, last.sequence
+FROM unnest(%s::bigint[]) AS r(receiver_id)
+CROSS JOIN unnest(%s::bigint[], %s::text[]) AS s(sender_id, channel)
+CROSS JOIN LATERAL (SELECT r.receiver_id, s.sender_id, s.channel) AS pairs
+CROSS JOIN LATERAL ({LAST_SEQUENCE}) AS last
 """
 
 
@@ -241,15 +280,26 @@ def _delivery(event: RoutedEvent, receiver_id: int) -> Delivery:
 # Under the leaf's lock no one else records deliveries for these receivers, so the
 # rows found missing here are exactly the ones inserted, and each receiver's positions
 # continue its stream without a gap: the stream's counter moves by what is inserted.
+# Each receiver's last sequence in each stream is read here (LAST_SEQUENCE). A row comes
+# with the lowest last sequence it may follow (`after`; 0: any): a receiver further
+# behind in that stream gets none of its rows there, and its position is returned
+# instead (`insert_deliveries`' callers plan such streams themselves, with 0).
 # Streams are locked in client order, as confirmations lock them (no deadlock).
-INSERT_DELIVERIES = """
+INSERT_DELIVERIES = f"""
 WITH input AS (
     SELECT * FROM unnest(
-        %s::uuid[], %s::bigint[], %s::bigint[], %s::text[], %s::bigint[], %s::timestamptz[]
-    ) WITH ORDINALITY AS t(event_id, receiver_id, sender_id, channel, sequence, at, ord)
+        %s::uuid[], %s::bigint[], %s::bigint[], %s::text[], %s::bigint[],
+        %s::timestamptz[], %s::bigint[]
+    ) WITH ORDINALITY AS t(event_id, receiver_id, sender_id, channel, sequence, at, after, ord)
+), held AS (
+    SELECT pairs.*, coalesce(last.sequence, 0) AS sequence
+    FROM (SELECT DISTINCT receiver_id, sender_id, channel, after FROM input) AS pairs
+    LEFT JOIN LATERAL ({LAST_SEQUENCE}) AS last ON true
 ), fresh AS (
     SELECT input.* FROM input
-    WHERE NOT EXISTS (
+    JOIN held USING (receiver_id, sender_id, channel, after)
+    WHERE held.sequence >= input.after AND input.sequence > held.sequence
+    AND NOT EXISTS (
         SELECT 1 FROM broker_delivery AS d
         WHERE d.event_id = input.event_id AND d.receiver_id = input.receiver_id
     )
@@ -261,41 +311,49 @@ WITH input AS (
     ON CONFLICT (client_id)
     DO UPDATE SET last_position = broker_receiverstream.last_position + EXCLUDED.last_position
     RETURNING client_id, last_position
+), inserted AS (
+    INSERT INTO broker_delivery
+        (event_id, receiver_id, sender_id, channel, sequence, position, state, delivered_at)
+    SELECT fresh.event_id, fresh.receiver_id, fresh.sender_id, fresh.channel, fresh.sequence,
+        moved.last_position - counts.n
+            + row_number() OVER (PARTITION BY fresh.receiver_id ORDER BY fresh.ord),
+        'pending', fresh.at
+    FROM fresh
+    JOIN counts ON counts.receiver_id = fresh.receiver_id
+    JOIN moved ON moved.client_id = fresh.receiver_id
+    RETURNING id, event_id, receiver_id, position
 )
-INSERT INTO broker_delivery
-    (event_id, receiver_id, sender_id, channel, sequence, position, state, delivered_at)
-SELECT fresh.event_id, fresh.receiver_id, fresh.sender_id, fresh.channel, fresh.sequence,
-    moved.last_position - counts.n
-        + row_number() OVER (PARTITION BY fresh.receiver_id ORDER BY fresh.ord),
-    'pending', fresh.at
-FROM fresh
-JOIN counts ON counts.receiver_id = fresh.receiver_id
-JOIN moved ON moved.client_id = fresh.receiver_id
-RETURNING id, event_id, receiver_id, position
+SELECT id, event_id, receiver_id, position, NULL::bigint, NULL::text FROM inserted
+UNION ALL
+SELECT NULL, NULL, receiver_id, sequence, sender_id, channel FROM held WHERE sequence < after
 """
 
 
 def insert_deliveries(pending: list[Delivery]) -> list[Pushed]:
     """Insert in one statement, skipping any already there, each receiver's new ones at
     its next positions in the given order; push them once the transaction commits.
-    Must run under the receivers' leaf lock. Returns what was inserted."""
-    pending = _distinct(pending)
-    if not pending:
-        return []
-    columns = [
-        [str(d.event_id) for d in pending],
-        [d.receiver_id for d in pending],
-        [d.sender_id for d in pending],
-        [d.channel for d in pending],
-        [d.sequence for d in pending],
-        [d.delivered_at for d in pending],
-    ]
+    Must run under the receivers' leaf lock, and continue each receiver's streams
+    (every live event between its last and these decided). Returns what was inserted."""
+    return _insert([(delivery, 0) for delivery in pending])[0]
+
+
+def _insert(rows: list[tuple[Delivery, int]]) -> tuple[list[Pushed], dict[tuple, int]]:
+    """`insert_deliveries` of (delivery, lowest last sequence it may follow) rows;
+    returns also {(receiver, sender, channel): last sequence} of the receivers
+    further behind than that, whose rows in that stream were left out."""
+    rows = _distinct(rows)
+    if not rows:
+        return [], {}
     with prepared_cursor() as cursor:
-        cursor.execute(INSERT_DELIVERIES, columns)
-        inserted = {
-            (str(event), receiver): (row_id, position)
-            for row_id, event, receiver, position in cursor.fetchall()
-        }
+        cursor.execute(INSERT_DELIVERIES, _columns(rows))
+        found = cursor.fetchall()
+    inserted = {(str(event), receiver): (row_id, at) for row_id, event, receiver, at, _, _ in found}
+    behind = {
+        (r, sender, channel): held
+        for row_id, _, r, held, sender, channel in found
+        if row_id is None
+    }
+    pending = [delivery for delivery, _ in rows]
     pushed = [_pushed(d, inserted) for d in pending if (str(d.event_id), d.receiver_id) in inserted]
     pushed.sort(key=lambda p: (p.receiver_id, p.position))
     # robust: a push that fails (Redis down) is logged, not raised after the commit;
@@ -303,19 +361,31 @@ def insert_deliveries(pending: list[Delivery]) -> list[Pushed]:
     transaction.on_commit(lambda: notify.push(pushed), robust=True)
     events = {p.event_id for p in pushed}
     transaction.on_commit(lambda: announcements.events_changed(events), robust=True)
-    return pushed
+    return pushed, behind
 
 
-def _distinct(pending: list[Delivery]) -> list[Delivery]:
+def _columns(rows: list[tuple[Delivery, int]]) -> list[list]:
+    return [
+        [str(d.event_id) for d, _ in rows],
+        [d.receiver_id for d, _ in rows],
+        [d.sender_id for d, _ in rows],
+        [d.channel for d, _ in rows],
+        [d.sequence for d, _ in rows],
+        [d.delivered_at for d, _ in rows],
+        [after for _, after in rows],
+    ]
+
+
+def _distinct(rows: list[tuple[Delivery, int]]) -> list[tuple[Delivery, int]]:
     """One row per (event, receiver), first occurrence kept: a repeat would use up a
     position for a row that is then not inserted."""
     seen: set[tuple[str, int]] = set()
     kept = []
-    for delivery in pending:
+    for delivery, after in rows:
         key = (str(delivery.event_id), delivery.receiver_id)
         if key not in seen:
             seen.add(key)
-            kept.append(delivery)
+            kept.append((delivery, after))
     return kept
 
 
