@@ -8,12 +8,14 @@ Nothing here is authoritative: losing a process loses nothing.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from broker.dispatch.summary import Summary
 from broker.models import (
@@ -32,6 +34,8 @@ from policies import Matcher, Policy, PolicySyntaxError, Selector
 # summary that grew is in force everywhere after this long, and the parent resends
 # what it may have missed once more after it (steps.refresh_summary).
 FRESH_FOR_S = 0.5
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -169,12 +173,17 @@ LEAF_LOCK_NAMESPACE = 7_101
 # statement's snapshot, taken before the lock was granted: a change committed while it
 # waited is at or above the new horizon, so it is read next time (as one committed
 # just after the read always was); later statements see everything before the lock.
-LOCK_AND_CHANGES = f"""
-SELECT pg_advisory_xact_lock(%s, %s)::text,
+# The lock lasts until the transaction ends (`pg_advisory_xact_lock`) or, held by the
+# session, until it is released (`pg_advisory_lock`, `leaf_held`).
+_LOCK_AND_CHANGES = f"""
+SELECT {{lock}}(%s, %s)::text,
        pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
        ARRAY(SELECT client_id FROM {ClientChange._meta.db_table}
              WHERE dispatcher_id = %s AND txid >= %s)
 """
+LOCK_AND_CHANGES = _LOCK_AND_CHANGES.format(lock="pg_advisory_xact_lock")
+HOLD_AND_CHANGES = _LOCK_AND_CHANGES.format(lock="pg_advisory_lock")
+RELEASE = "SELECT pg_advisory_unlock(%s, %s)"
 
 
 def locked_leaf_state(dispatcher_id: int) -> tuple[LeafState, set[int]]:
@@ -184,16 +193,51 @@ def locked_leaf_state(dispatcher_id: int) -> tuple[LeafState, set[int]]:
     A state built afresh reports all its receivers as changed: whatever happened while
     no process held it, they must be caught up on the live events they now match.
     """
+    return _fresh_state(dispatcher_id, *_lock(dispatcher_id, LOCK_AND_CHANGES))
+
+
+@contextmanager
+def leaf_held(dispatcher_id: int) -> Iterator[tuple[LeafState, set[int]]]:
+    """`locked_leaf_state` outside a transaction: the lock is the session's, held until
+    the block ends, and every statement in the block commits on its own. Delivering
+    then costs no BEGIN and no COMMIT round trip; what the lock guarantees (one
+    process delivers at a leaf at a time, and sees what the one before it wrote) holds
+    as well, since each write commits before the lock is released."""
+    if connection.in_atomic_block:
+        raise RuntimeError("a session's lock must not be taken inside a transaction")
+    locked = _lock(dispatcher_id, HOLD_AND_CHANGES)
+    try:
+        yield _fresh_state(dispatcher_id, *locked)
+    finally:
+        _release(dispatcher_id)
+
+
+def _lock(dispatcher_id: int, statement: str) -> tuple[int, list[int]]:
     state = _leaves.get(dispatcher_id)
     horizon = state.horizon if state is not None else 0
     with prepared_cursor() as cursor:
-        lock = [LEAF_LOCK_NAMESPACE, dispatcher_id]
-        cursor.execute(LOCK_AND_CHANGES, [*lock, dispatcher_id, horizon])
+        cursor.execute(statement, [LEAF_LOCK_NAMESPACE, dispatcher_id, dispatcher_id, horizon])
         _, following, changed = cursor.fetchone()
+    return following, changed
+
+
+def _fresh_state(dispatcher_id: int, following: int, changed: list[int]):
+    state = _leaves.get(dispatcher_id)
     if state is None:
         state = _leaves[dispatcher_id] = LeafState(dispatcher_id)
         return state, set(state.matcher.selected(None))
     return state, state.advance(following, set(changed))
+
+
+def _release(dispatcher_id: int) -> None:
+    try:
+        with prepared_cursor() as cursor:
+            cursor.execute(RELEASE, [LEAF_LOCK_NAMESPACE, dispatcher_id])
+    except DatabaseError:
+        # Unreleased, the lock would stop every process delivering at this leaf for as
+        # long as the connection lives: ending the connection surely releases it.
+        log.exception("releasing leaf %s's lock failed; closing the connection", dispatcher_id)
+        connection.close()
 
 
 def forget_leaf(dispatcher_id: int) -> None:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from broker import audit
@@ -109,14 +109,23 @@ def _mark_routed(event_ids: list[str]) -> None:
 
 @contextmanager
 def leaf_session(leaf_id: int):
-    """A transaction holding the leaf's lock, with the leaf's state refreshed inside it.
+    """The leaf's lock held, with the leaf's state refreshed under it.
 
-    Yields (state, changed client ids). If anything fails, the in-memory state is
-    dropped so that it is rebuilt from the database next time.
+    Yields (state, changed client ids). Inside the caller's transaction, the lock and
+    the block are a transaction (a savepoint) of their own; outside any, as the tree's
+    hops run, the session holds the lock and each statement commits by itself: every
+    write under the lock is one statement that stands alone (a delivery's rows and
+    its stream's counter are one insert), so there is no transaction to wait for. If
+    anything fails, the in-memory state is dropped so that it is rebuilt from the
+    database next time (and every receiver caught up).
     """
     try:
-        with transaction.atomic():
-            yield dispatch_state.locked_leaf_state(leaf_id)
+        if connection.in_atomic_block:
+            with transaction.atomic():
+                yield dispatch_state.locked_leaf_state(leaf_id)
+        else:
+            with dispatch_state.leaf_held(leaf_id) as held:
+                yield held
     except BaseException:
         dispatch_state.forget_leaf(leaf_id)
         raise

@@ -7,8 +7,9 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from broker import audit
+from broker import audit, notify
 from broker.audit import Actor
+from broker.dispatch import delivery
 from broker.dispatch import state as dispatch_state
 from broker.dispatch.entry import clients_changed
 from broker.dispatch.events import live_events
@@ -214,3 +215,59 @@ def _leaf_lock_free(leaf_id: int) -> bool:
         if taken:
             other.execute("SELECT pg_advisory_unlock(%s, %s)", lock)
         return taken
+
+
+def route_outside_a_transaction(leaf_id: int, events) -> None:
+    """As the tree's hops are routed (broker/dispatch/consumer.py)."""
+    route(leaf_id, live_events([str(e.pk) for e in events]), direction=DOWN, came_from=None)
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+def test_a_hop_outside_a_transaction_pushes_under_the_leafs_lock_and_then_releases_it(
+    stream, monkeypatch
+):
+    receiver, events = stream
+    leaf = receiver.dispatcher_id
+    arrive(leaf, [])
+    lock_free_at_push = []
+    monkeypatch.setattr(
+        notify, "push", lambda pushed: lock_free_at_push.append(_leaf_lock_free(leaf))
+    )
+    with CaptureQueriesContext(connection) as queries:
+        route_outside_a_transaction(leaf, events[:2])
+    # Pushed before another process may deliver at this leaf: a receiver's pushes from
+    # one leaf leave in the order of their positions.
+    assert lock_free_at_push == [False]
+    assert _leaf_lock_free(leaf)
+    assert sequences_in_position_order(receiver) == [1, 2]
+    statements = [
+        q["sql"]
+        for q in queries
+        if _locks_or_reads_changes(q["sql"]) or "broker_delivery" in q["sql"]
+    ]
+    assert ["pg_advisory_lock(" in statements[0], "pg_advisory_unlock(" in statements[-1]] == [
+        True,
+        True,
+    ]
+    assert len(statements) == 3  # lock and changes, the insert, the release
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+def test_a_failure_under_the_leafs_lock_releases_it_and_forgets_the_leafs_state(
+    stream, monkeypatch
+):
+    receiver, events = stream
+    leaf = receiver.dispatcher_id
+    arrive(leaf, [])
+
+    def failing_insert(rows):
+        raise RuntimeError("the insert failed")
+
+    monkeypatch.setattr(delivery, "_insert", failing_insert)
+    with pytest.raises(RuntimeError, match="the insert failed"):
+        route_outside_a_transaction(leaf, events[:1])
+    assert _leaf_lock_free(leaf)
+    assert leaf not in dispatch_state._leaves  # rebuilt next time, everyone caught up
+    monkeypatch.undo()
+    route_outside_a_transaction(leaf, events[1:2])
+    assert sequences_in_position_order(receiver) == [1, 2, 3, 4, 5]
