@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 from broker import audit, notify
 from broker.audit import Actor
-from broker.dispatch import delivery
+from broker.dispatch import delivery, entry
 from broker.dispatch import state as dispatch_state
 from broker.dispatch.entry import clients_changed
 from broker.dispatch.events import live_events
@@ -27,7 +27,16 @@ IIS_SELECTOR = 'receiver.software == "IIS"'
 
 
 @pytest.fixture
-def stream():
+def tree_left_alone(monkeypatch):
+    """In tests that commit, the suite's tree worker (tests/conftest.py) would route the
+    published events and apply logged changes itself, racing the test for the leaf's
+    lock: neither the events' first hops nor the leaf's wake-ups leave this process."""
+    monkeypatch.setattr(entry.transport, "send", lambda hops: None)
+    monkeypatch.setattr(entry.wakeups, "wake", lambda *args: None)
+
+
+@pytest.fixture
+def stream(tree_left_alone):
     """Five commands on one channel to the IIS servers, not routed yet (no worker)."""
     scenario = load_scenario(servers=4)
     sender = scenario.controllers["intellimune-national"]
@@ -263,11 +272,11 @@ def test_a_failure_under_the_leafs_lock_releases_it_and_forgets_the_leafs_state(
     def failing_insert(rows):
         raise RuntimeError("the insert failed")
 
-    monkeypatch.setattr(delivery, "_insert", failing_insert)
-    with pytest.raises(RuntimeError, match="the insert failed"):
-        route_outside_a_transaction(leaf, events[:1])
+    with monkeypatch.context() as patched:
+        patched.setattr(delivery, "_insert", failing_insert)
+        with pytest.raises(RuntimeError, match="the insert failed"):
+            route_outside_a_transaction(leaf, events[:1])
     assert _leaf_lock_free(leaf)
     assert leaf not in dispatch_state._leaves  # rebuilt next time, everyone caught up
-    monkeypatch.undo()
     route_outside_a_transaction(leaf, events[1:2])
     assert sequences_in_position_order(receiver) == [1, 2, 3, 4, 5]
