@@ -221,7 +221,9 @@ def _lock(dispatcher_id: int, statement: str) -> tuple[int, list[int]]:
     return following, changed
 
 
-def _fresh_state(dispatcher_id: int, following: int, changed: list[int]):
+def _fresh_state(
+    dispatcher_id: int, following: int, changed: list[int]
+) -> tuple[LeafState, set[int]]:
     state = _leaves.get(dispatcher_id)
     if state is None:
         state = _leaves[dispatcher_id] = LeafState(dispatcher_id)

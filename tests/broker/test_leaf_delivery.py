@@ -39,30 +39,41 @@ def tree_left_alone(monkeypatch):
 def stream(tree_left_alone):
     """Five commands on one channel to the IIS servers, not routed yet (no worker)."""
     scenario = load_scenario(servers=4)
-    sender = scenario.controllers["intellimune-national"]
-    events = [
-        publish_event(
-            sender=sender,
-            content={"kind": "command", "action": "status", "n": n},
-            selector=IIS_SELECTOR,
-            channel="ops",
-            actor=ISSUER,
-        )
-        for n in range(1, 6)
-    ]
+    events = commands(scenario.controllers["intellimune-national"], channel="ops", count=5)
     receiver = next(s for s in scenario.servers if s.name == "web-00000")
     yield receiver, events
     dispatch_state.forget_leaf(receiver.dispatcher_id)
 
 
+def commands(sender, *, channel: str, count: int) -> list:
+    """`count` status commands from `sender` on `channel` to the IIS servers."""
+    return [
+        publish_event(
+            sender=sender,
+            content={"kind": "command", "action": "status", "n": n},
+            selector=IIS_SELECTOR,
+            channel=channel,
+            actor=ISSUER,
+        )
+        for n in range(1, count + 1)
+    ]
+
+
+def route_down(leaf_id: int, events) -> None:
+    """As the tree's hops are routed (broker/dispatch/consumer.py): outside a
+    transaction unless the caller holds one."""
+    route(leaf_id, live_events([str(e.pk) for e in events]), direction=DOWN, came_from=None)
+
+
 def arrive(leaf_id: int, events) -> None:
-    if not events:  # only the leaf's state, built with nothing caught up on: what is
-        # delivered after this is what the routed events bring
-        with transaction.atomic():
-            dispatch_state.locked_leaf_state(leaf_id)
-        return
+    """Route `events` down into the leaf in a transaction of the test's. With none, only
+    the leaf's state is built, nothing caught up on: what is delivered after this is
+    what the routed events bring."""
     with transaction.atomic():
-        route(leaf_id, live_events([str(e.pk) for e in events]), direction=DOWN, came_from=None)
+        if events:
+            route_down(leaf_id, events)
+        else:
+            dispatch_state.locked_leaf_state(leaf_id)
 
 
 def sequences_in_position_order(receiver) -> list[int]:
@@ -104,17 +115,7 @@ def test_events_arriving_in_order_are_delivered_by_one_statement(stream):
 def test_a_receiver_behind_in_one_stream_gets_its_other_streams_in_the_same_batch(stream):
     receiver, events = stream
     arrive(receiver.dispatcher_id, [])
-    sender = events[0].sender
-    other = [
-        publish_event(
-            sender=sender,
-            content={"kind": "command", "action": "status", "n": n},
-            selector=IIS_SELECTOR,
-            channel="patches",
-            actor=ISSUER,
-        )
-        for n in range(1, 3)
-    ]
+    other = commands(events[0].sender, channel="patches", count=2)
     arrive(receiver.dispatcher_id, [events[3], other[0]])  # ops 1-3 held up
     arrive(receiver.dispatcher_id, [other[1]])
     deliveries = Delivery.objects.filter(receiver=receiver).order_by("position")
@@ -226,11 +227,6 @@ def _leaf_lock_free(leaf_id: int) -> bool:
         return taken
 
 
-def route_outside_a_transaction(leaf_id: int, events) -> None:
-    """As the tree's hops are routed (broker/dispatch/consumer.py)."""
-    route(leaf_id, live_events([str(e.pk) for e in events]), direction=DOWN, came_from=None)
-
-
 @pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 def test_a_hop_outside_a_transaction_pushes_under_the_leafs_lock_and_then_releases_it(
     stream, monkeypatch
@@ -243,7 +239,7 @@ def test_a_hop_outside_a_transaction_pushes_under_the_leafs_lock_and_then_releas
         notify, "push", lambda pushed: lock_free_at_push.append(_leaf_lock_free(leaf))
     )
     with CaptureQueriesContext(connection) as queries:
-        route_outside_a_transaction(leaf, events[:2])
+        route_down(leaf, events[:2])
     # Pushed before another process may deliver at this leaf: a receiver's pushes from
     # one leaf leave in the order of their positions.
     assert lock_free_at_push == [False]
@@ -275,8 +271,8 @@ def test_a_failure_under_the_leafs_lock_releases_it_and_forgets_the_leafs_state(
     with monkeypatch.context() as patched:
         patched.setattr(delivery, "_insert", failing_insert)
         with pytest.raises(RuntimeError, match="the insert failed"):
-            route_outside_a_transaction(leaf, events[:1])
+            route_down(leaf, events[:1])
     assert _leaf_lock_free(leaf)
     assert leaf not in dispatch_state._leaves  # rebuilt next time, everyone caught up
-    route_outside_a_transaction(leaf, events[1:2])
+    route_down(leaf, events[1:2])
     assert sequences_in_position_order(receiver) == [1, 2, 3, 4, 5]
