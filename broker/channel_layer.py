@@ -2,9 +2,9 @@
 
 A leaf that delivers one event to a thousand receivers must reach a thousand client
 groups. With plain `group_send` that is a thousand Redis messages, and a Daphne process
-pops them one by one. Here the members of all the groups are read in one round trip
-(one script), and each receiving process gets ONE message holding the payloads of the
-groups whose members it serves (`group_send_each`).
+pops them one by one. Here one script, one round trip, reads the members of all the
+groups and gives each receiving process ONE message holding the payloads of the groups
+whose members it serves (`group_send_each`).
 
 In the receiving process, channels_redis would then put that message in the queue of
 every consumer it names and wake each of them: a thousand task switches, each through
@@ -24,13 +24,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgpack
 import redis
 from channels_redis.core import RedisChannelLayer
+from channels_redis.serializers import MsgPackSerializer
+from django.core.exceptions import ImproperlyConfigured
 from redis.asyncio import BlockingConnectionPool
 from redis.commands.core import Script
 from redis.driver_info import DriverInfo
@@ -43,36 +47,84 @@ logger = logging.getLogger(__name__)
 
 LocalHandler = Callable[[dict], Awaitable[None]]
 
-# Every group's live members, oldest expired first (as channels_redis' group_send
-# does), one string per group: the members joined by spaces (channel names hold none).
-MEMBERS_LUA = """
-local found = {}
-for i = 1, #KEYS do
-    redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, ARGV[1])
-    found[i] = table.concat(redis.call('ZRANGE', KEYS[i], 0, -1), ' ')
-end
-return found
-"""
+# A push in one round trip. For every group (KEYS), its live members, oldest expired
+# first as channels_redis' group_send does; one message per receiving process (channel
+# key), holding the payloads of the groups whose members it serves and the names of
+# those members; each message admitted as channels_redis' group_send admits one: drop
+# the key's expired messages, add it unless the key is at capacity. Returns how many
+# were over capacity.
+# The message is what channels_redis' msgpack serializer makes of
+#   {"type": ..., "groups": {group: payload, ...}, "__asgi_channel__": [channel, ...]}
+# behind its 12-byte random prefix (8 random bytes from the caller and a counter, so
+# that equal messages stay distinct members of the key's sorted set). The caller packs
+# the "type" pair (ARGV[8]) and every group's name and payload, one after the other in
+# KEYS' order (ARGV[9], with where each group's pair ends in ARGV[10]); the script only
+# joins packed parts, since Lua cannot tell a Python payload's types. One argument for
+# all the pairs, not two per group: redis-py packs each argument in Python.
+PUSH_LUA = """
+local oldest_member, prefix, now, expiry = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local oldest_message, capacity, random, type_pair = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
 
-# The same admission as channels_redis' group_send: per channel key, drop expired
-# messages, then add the message unless the key is at capacity; return how many were
-# over capacity.
-SEND_LUA = """
+local function sized(n, small, fix, h8, h16, h32)
+    if n < small then return string.char(fix + n) end
+    if h8 and n < 256 then return string.char(h8, n) end
+    if n < 65536 then return struct.pack('>BI2', h16, n) end
+    return struct.pack('>BI4', h32, n)
+end
+local function packed_str(s) return sized(#s, 32, 0xa0, 0xd9, 0xda, 0xdb) .. s end
+
+local pairs_packed, pair_ends = ARGV[9], cmsgpack.unpack(ARGV[10])
+local messages, keys = {}, {}
+for i = 1, #KEYS do
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, oldest_member)
+    for _, channel in ipairs(redis.call('ZRANGE', KEYS[i], 0, -1)) do
+        local bang = string.find(channel, '!', 1, true)
+        local key = prefix .. (bang and string.sub(channel, 1, bang) or channel)
+        local message = messages[key]
+        if not message then
+            message = {groups = {}, channels = {}, last = 0}
+            messages[key] = message
+            keys[#keys + 1] = key
+        end
+        if message.last ~= i then
+            local pair_start = i == 1 and 1 or pair_ends[i - 1] + 1
+            message.groups[#message.groups + 1] = string.sub(pairs_packed, pair_start, pair_ends[i])
+            message.last = i
+        end
+        message.channels[#message.channels + 1] = packed_str(channel)
+    end
+end
+
 local over_capacity = 0
-local current_time = ARGV[#ARGV - 2]
-local expiry = ARGV[#ARGV - 1]
-local oldest = ARGV[#ARGV]
-for i=1,#KEYS do
-    redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, oldest)
-    if redis.call('ZCOUNT', KEYS[i], '-inf', '+inf') < tonumber(ARGV[i + #KEYS]) then
-        redis.call('ZADD', KEYS[i], current_time, ARGV[i])
-        redis.call('EXPIRE', KEYS[i], expiry)
+for n, key in ipairs(keys) do
+    local message = messages[key]
+    local value = random .. struct.pack('>I4', n) .. '\\131' .. type_pair
+        .. packed_str('groups') .. sized(#message.groups, 16, 0x80, nil, 0xde, 0xdf)
+        .. table.concat(message.groups)
+        .. packed_str('__asgi_channel__') .. sized(#message.channels, 16, 0x90, nil, 0xdc, 0xdd)
+        .. table.concat(message.channels)
+    redis.call('ZREMRANGEBYSCORE', key, 0, oldest_message)
+    if redis.call('ZCOUNT', key, '-inf', '+inf') < capacity then
+        redis.call('ZADD', key, now, value)
+        redis.call('EXPIRE', key, expiry)
     else
         over_capacity = over_capacity + 1
     end
 end
 return over_capacity
 """
+
+
+def _packed_pairs(groups: list[str], payloads: dict[str, Any]) -> tuple[bytes, list[int]]:
+    """Each group's name and payload packed, one after the other, and where each
+    group's pair ends (in bytes). One packer buffer rather than a bytes object each."""
+    packer = msgpack.Packer(autoreset=False)
+    ends = []
+    for group in groups:
+        packer.pack(group)
+        packer.pack(payloads[group])
+        ends.append(len(packer.getbuffer()))
+    return packer.bytes(), ends
 
 
 class ChannelFullError(RuntimeError):
@@ -90,7 +142,28 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
         self._fan_out_queue: asyncio.Queue | None = None
         self._fan_out_task: asyncio.Task | None = None
         self._blocking_clients: dict[int, redis.Redis] = {}
-        self._registered: dict[int, tuple[Script, Script]] = {}
+        self._push_lua: Script | None = None
+        self._check_push_can_serve()
+
+    def _check_push_can_serve(self) -> None:
+        """PUSH_LUA writes channels_redis' msgpack wire form itself, on one Redis host:
+        refuse at start a configuration whose messages it would write differently."""
+        serializer = self._serializer
+        problems = [
+            problem
+            for problem, present in (
+                ("more than one host", self.ring_size != 1),
+                ("encrypted messages", serializer.crypter is not None),
+                ("a serializer other than msgpack", not isinstance(serializer, MsgPackSerializer)),
+                ("a random prefix other than 12 bytes", serializer.random_prefix_length != 12),
+                ("per-channel capacities", bool(self.channel_capacity)),
+            )
+            if present
+        ]
+        if problems:
+            raise ImproperlyConfigured(
+                f"{type(self).__name__} cannot push with " + ", ".join(problems)
+            )
 
     def create_pool(self, index: int):
         host = dict(self.hosts[index])
@@ -107,50 +180,18 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
     def group_send_each(self, payloads: dict[str, Any], *, message_type: str) -> None:
         """Send every group in `payloads` its own payload. A consumer receives
         {"type": message_type, "groups": {group: payload, ...}} and reads its group's.
-        Blocking: for a caller in a worker thread."""
-        members = self._members(list(payloads))
-        messages: dict[bytes, dict] = {}
-        index_of: dict[bytes, int] = {}
-        for group, channels in members.items():
-            for channel in channels:
-                non_local = self.non_local_name(channel) if "!" in channel else channel
-                key = (self.prefix + non_local).encode()
-                message = messages.get(key)
-                if message is None:
-                    message = messages[key] = {
-                        "type": message_type, "groups": {}, "__asgi_channel__": []
-                    }  # fmt: skip
-                    index_of[key] = self.consistent_hash(non_local)
-                message["groups"][group] = payloads[group]
-                message["__asgi_channel__"].append(channel)
-        self._store(messages, index_of)
-
-    def _members(self, groups: list[str]) -> dict[str, list[str]]:
-        """{group: its live member channels}, in one round trip per Redis host."""
-        by_index: dict[int, list[str]] = defaultdict(list)
-        for group in groups:
-            by_index[self.consistent_hash(group)].append(group)
-        oldest = int(time.time()) - self.group_expiry
-        members: dict[str, list[str]] = {}
-        for index, its_groups in by_index.items():
-            keys = [self._group_key(group) for group in its_groups]
-            found = self._scripts(index)[0](keys=keys, args=[oldest])
-            for group, joined in zip(its_groups, found, strict=True):
-                if joined:
-                    members[group] = joined.decode().split(" ")
-        return members
-
-    def _store(self, messages: dict[bytes, dict], index_of: dict[bytes, int]) -> None:
-        by_index: dict[int, list[bytes]] = defaultdict(list)
-        for key in messages:
-            by_index[index_of[key]].append(key)
-        over = 0
+        One round trip to Redis (PUSH_LUA). Blocking: for a caller in a worker thread."""
+        groups = list(payloads)
+        pairs_packed, pair_ends = _packed_pairs(groups, payloads)
         now = time.time()
-        for index, keys in by_index.items():
-            args = [self.serialize(messages[key]) for key in keys]
-            args += [self.get_capacity(messages[key]["__asgi_channel__"][0]) for key in keys]
-            args += [now, self.expiry, int(now) - int(self.expiry)]
-            over += self._scripts(index)[1](keys=keys, args=args)
+        args: list[Any] = [
+            int(now) - self.group_expiry, self.prefix, now, self.expiry,
+            int(now) - int(self.expiry), self.capacity, secrets.token_bytes(8),
+            msgpack.packb("type") + msgpack.packb(message_type),
+            pairs_packed, msgpack.packb(pair_ends),
+        ]  # fmt: skip
+        keys = [self._group_key(group) for group in groups]
+        over = self._push_script()(keys=keys, args=args)
         if over:
             raise ChannelFullError(f"{over} receiving processes are at channel capacity")
 
@@ -172,14 +213,11 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
             client = self._blocking_clients.setdefault(index, client)
         return client
 
-    def _scripts(self, index: int) -> tuple[Script, Script]:
-        """MEMBERS_LUA and SEND_LUA on host `index`, run by their digest (EVALSHA)."""
-        scripts = self._registered.get(index)
-        if scripts is None:
-            client = self.blocking_client(index)
-            scripts = (client.register_script(MEMBERS_LUA), client.register_script(SEND_LUA))
-            scripts = self._registered.setdefault(index, scripts)
-        return scripts
+    def _push_script(self) -> Script:
+        """PUSH_LUA, run by its digest (EVALSHA)."""
+        if self._push_lua is None:
+            self._push_lua = self.blocking_client(0).register_script(PUSH_LUA)
+        return self._push_lua
 
     # Receiving: local fan-out -----------------------------------------------------------
 

@@ -1,11 +1,17 @@
 """group_send_each against the real Redis: each group's members get their own payload,
-and one Redis message serves every member a process holds."""
+one Redis message serves every member a process holds, and that message is what
+channels_redis itself would have written."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
 from channels.layers import get_channel_layer
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from broker.channel_layer import ChannelFullError, FanoutRedisChannelLayer
 
 
 def test_each_member_reads_its_own_groups_payload_from_one_shared_message():
@@ -32,3 +38,84 @@ def test_each_member_reads_its_own_groups_payload_from_one_shared_message():
     assert got_c["groups"]["test.beta"] == [3]
     # a, b and c live in this one process: one message carried all three payloads
     assert got_a["groups"] == got_c["groups"] == {"test.alpha": [1, 2], "test.beta": [3]}
+
+
+def layer_like_the_settings(**config):
+    """A second layer on the settings' Redis, configured otherwise."""
+    settings_layer = get_channel_layer()
+    host = {"address": settings.CHANNEL_LAYER_URL, "socket_timeout": 30}
+    return FanoutRedisChannelLayer(hosts=[host], prefix=settings_layer.prefix, **config)
+
+
+def test_a_push_reads_back_as_channels_redis_wrote_it_whatever_the_sizes():
+    # Past every msgpack size step the script writes itself for names (channels_redis
+    # allows ASCII of up to 99 characters: channels' names are over 31), groups in one
+    # message (over 15) and members of one process (over 15).
+    groups = {f"test.size.{n}": [n, {"é": "x" * n}] for n in range(18)}
+    long_names = {"test." + "w" * 30: None, "test." + "n" * 94: {"ü": [[1.5, -(2**40)]]}}
+    payloads = {**groups, **long_names}
+
+    async def scenario():
+        layer, other_process = get_channel_layer(), layer_like_the_settings()
+        crowd = [await layer.new_channel() for _ in range(17)]
+        elsewhere = await other_process.new_channel()
+        joined = [(group, crowd[len(group) % 17]) for group in payloads]
+        joined += [("test.size.0", channel) for channel in crowd]
+        for group, channel in joined:
+            await layer.group_add(group, channel)
+        await other_process.group_add("test.size.1", elsewhere)
+        await asyncio.to_thread(layer.group_send_each, payloads, message_type="test.push")
+        here = [await asyncio.wait_for(layer.receive(channel), 5) for channel in crowd]
+        there = await asyncio.wait_for(other_process.receive(elsewhere), 5)
+        for group, channel in [*joined, ("test.size.1", elsewhere)]:
+            await layer.group_discard(group, channel)
+        return here, there
+
+    here, there = asyncio.run(scenario())
+    assert all(message == {"type": "test.push", "groups": payloads} for message in here)
+    assert there == {"type": "test.push", "groups": {"test.size.1": payloads["test.size.1"]}}
+
+
+def test_the_same_push_twice_arrives_twice():
+    async def scenario():
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add("test.twice", channel)
+        for _ in range(2):
+            await asyncio.to_thread(layer.group_send_each, {"test.twice": [1]}, message_type="t")
+        got = [await asyncio.wait_for(layer.receive(channel), 5) for _ in range(2)]
+        await layer.group_discard("test.twice", channel)
+        return got
+
+    assert asyncio.run(scenario()) == [{"type": "t", "groups": {"test.twice": [1]}}] * 2
+
+
+def test_a_receiving_process_at_capacity_fails_the_push_instead_of_dropping_it():
+    async def scenario():
+        layer = layer_like_the_settings(capacity=1)
+        channel = await layer.new_channel()
+        await layer.group_add("test.full", channel)
+        await asyncio.to_thread(layer.group_send_each, {"test.full": [1]}, message_type="t")
+        with pytest.raises(ChannelFullError, match="1 receiving processes are at channel capacity"):
+            await asyncio.to_thread(layer.group_send_each, {"test.full": [2]}, message_type="t")
+        got = await asyncio.wait_for(layer.receive(channel), 5)
+        await layer.group_discard("test.full", channel)
+        return got
+
+    assert asyncio.run(scenario())["groups"] == {"test.full": [1]}
+
+
+@pytest.mark.parametrize(
+    ("config", "problem"),
+    [
+        ({"hosts": [{"address": "redis://a"}, {"address": "redis://b"}]}, "more than one host"),
+        ({"symmetric_encryption_keys": ["k" * 32]}, "encrypted messages"),
+        ({"serializer_format": "json"}, "a serializer other than msgpack"),
+        ({"random_prefix_length": 16}, "a random prefix other than 12 bytes"),
+        ({"channel_capacity": {"http.*": 10}}, "per-channel capacities"),
+    ],
+)
+def test_a_configuration_whose_messages_the_push_would_write_otherwise_is_refused(config, problem):
+    config = {"hosts": [{"address": "redis://a"}], **config}
+    with pytest.raises(ImproperlyConfigured, match=f"cannot push with {problem}"):
+        FanoutRedisChannelLayer(**config)
