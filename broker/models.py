@@ -400,11 +400,21 @@ class Delivery(models.Model):
         FAILED = "failed"
         EXPIRED = "expired"
 
-    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="deliveries")
-    receiver = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="deliveries")
+    # No index of their own: every lookup by event or receiver starts an index below
+    # (one_delivery_per_receiver, the receiver's indexes), and the leaf inserts rows
+    # for every hop, each row into every index. Lookups by sender alone there are none;
+    # an index on it let the planner, on a table without statistics yet (a new
+    # installation's first minute), look up a receiver's position through every
+    # delivery of the sender.
+    event = models.ForeignKey(
+        Event, on_delete=models.CASCADE, related_name="deliveries", db_index=False
+    )
+    receiver = models.ForeignKey(
+        Client, on_delete=models.CASCADE, related_name="deliveries", db_index=False
+    )
     # Copied from the event so that a receiver's position in each channel is one
     # indexed query: deliveries reach a receiver in sequence order, per sender and channel.
-    sender = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+")
+    sender = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="+", db_index=False)
     channel = models.CharField(max_length=128)
     sequence = models.PositiveBigIntegerField()
     # The receiver's own numbering of its deliveries: 1, 2, 3... without gaps, in

@@ -280,7 +280,11 @@ def _delivery(event: RoutedEvent, receiver_id: int) -> Delivery:
 # Under the leaf's lock no one else records deliveries for these receivers, so the
 # rows found missing here are exactly the ones inserted, and each receiver's positions
 # continue its stream without a gap: the stream's counter moves by what is inserted.
-# Each receiver's last sequence in each stream is read here (LAST_SEQUENCE). A row comes
+# Each receiver's last sequence in each stream is read here (LAST_SEQUENCE). A row is
+# missing if its sequence is past that last one: a stream reaches a receiver in
+# sequence order, so an event delivered already is at or below it (no lookup by
+# event, which on a table without statistics the planner made a scan of the
+# receiver's deliveries). A row comes
 # with the lowest last sequence it may follow (`after`; 0: any): a receiver further
 # behind in that stream gets none of its rows there, and its position is returned
 # instead (`insert_deliveries`' callers plan such streams themselves, with 0).
@@ -299,10 +303,6 @@ WITH input AS (
     SELECT input.* FROM input
     JOIN held USING (receiver_id, sender_id, channel, after)
     WHERE held.sequence >= input.after AND input.sequence > held.sequence
-    AND NOT EXISTS (
-        SELECT 1 FROM broker_delivery AS d
-        WHERE d.event_id = input.event_id AND d.receiver_id = input.receiver_id
-    )
 ), counts AS (
     SELECT receiver_id, count(*) AS n FROM fresh GROUP BY receiver_id
 ), moved AS (

@@ -1,4 +1,4 @@
-"""The hot statements are prepared once per connection (broker.prepared)."""
+"""The hot statements are prepared, and planned, once per connection (broker.prepared)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,17 @@ def test_prepared_statements_are_logged_and_fail_with_djangos_errors():
         cursor.execute("SELECT %s::int", ["not a number"])
 
 
+def test_a_statement_taking_arrays_is_planned_once_not_at_every_run():
+    # Left to choose, PostgreSQL plans the first five runs for their values, and goes on
+    # doing so while a plan for a one-element array looks cheaper than a generic one.
+    for _ in range(7):
+        with prepared_cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM broker_client WHERE id = ANY(%s::bigint[])", [[1]])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements")
+        assert cursor.fetchall() == [(7, 0)]
+
+
 COUNT_PREPARED = """
 from django.db import connection
 from broker.models import Client
@@ -63,11 +74,16 @@ last_position_of(Client(pk=1))
 with connection.cursor() as cursor:
     cursor.execute("SELECT count(*) FROM pg_prepared_statements")
     print(cursor.fetchone()[0])
+    cursor.execute("SHOW plan_cache_mode")
+    print(cursor.fetchone()[0])
 """
 
 
-@pytest.mark.parametrize(("setting", "prepared"), [("true", "1"), ("false", "0")])
-def test_the_setting_switches_preparing_on_and_off(setting, prepared):
+@pytest.mark.parametrize(
+    ("setting", "prepared", "planning"),
+    [("true", "1", "force_generic_plan"), ("false", "0", "auto")],
+)
+def test_the_setting_switches_preparing_on_and_off(setting, prepared, planning):
     env = {**environment_for_test_database(), "DATABASE_PREPARED_STATEMENTS": setting}
     result = subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), "shell", "-c", COUNT_PREPARED],
@@ -77,4 +93,4 @@ def test_the_setting_switches_preparing_on_and_off(setting, prepared):
         timeout=60,
         check=True,
     )
-    assert result.stdout.strip().splitlines()[-1] == prepared
+    assert result.stdout.strip().splitlines()[-2:] == [prepared, planning]
