@@ -44,13 +44,6 @@ _database["OPTIONS"] = {"connect_timeout": env_int("DATABASE_CONNECT_TIMEOUT_S",
 # (PgBouncer before 1.21): they then cost their planning at every run again.
 DATABASE_PREPARED_STATEMENTS = env_bool("DATABASE_PREPARED_STATEMENTS", default=True)
 _database["OPTIONS"]["prepare_threshold"] = 0 if DATABASE_PREPARED_STATEMENTS else None
-if DATABASE_PREPARED_STATEMENTS:
-    # ...and planned once. They take arrays; left to choose, PostgreSQL plans each run
-    # anew whenever a plan for the given (short) arrays looks cheaper than one for any:
-    # the leaf's delivery insert spent 0.5 ms planning at every hop. They are written
-    # as index lookups whatever the arrays hold. Django's own statements are bound on
-    # the client and unnamed, so this leaves them as they are.
-    _database["OPTIONS"]["options"] = "-c plan_cache_mode=force_generic_plan"
 DATABASES = {
     "default": _database,
     # The same database on a connection of its own: refusals are audited through it so

@@ -288,7 +288,10 @@ def _delivery(event: RoutedEvent, receiver_id: int) -> Delivery:
 # with the lowest last sequence it may follow (`after`; 0: any): a receiver further
 # behind in that stream gets none of its rows there, and its position is returned
 # instead (`insert_deliveries`' callers plan such streams themselves, with 0).
-# Streams are locked in client order, as confirmations lock them (no deadlock).
+# Streams are locked in client order, as confirmations lock them (no deadlock). The
+# rows find their receiver's new last position in one map (`ends`, built once), not by
+# a join: PostgreSQL cannot estimate these CTEs and compared every row with every
+# receiver (60 ms for 500 receivers, four times that for 1,000).
 INSERT_DELIVERIES = f"""
 WITH input AS (
     SELECT * FROM unnest(
@@ -300,27 +303,27 @@ WITH input AS (
     FROM (SELECT DISTINCT receiver_id, sender_id, channel, after FROM input) AS pairs
     LEFT JOIN LATERAL ({LAST_SEQUENCE}) AS last ON true
 ), fresh AS (
-    SELECT input.* FROM input
+    SELECT input.*,
+        count(*) OVER (PARTITION BY input.receiver_id) AS n,
+        row_number() OVER (PARTITION BY input.receiver_id ORDER BY input.ord) AS nth
+    FROM input
     JOIN held USING (receiver_id, sender_id, channel, after)
     WHERE held.sequence >= input.after AND input.sequence > held.sequence
-), counts AS (
-    SELECT receiver_id, count(*) AS n FROM fresh GROUP BY receiver_id
 ), moved AS (
     INSERT INTO broker_receiverstream (client_id, last_position, confirmed_position)
-    SELECT receiver_id, n, 0 FROM counts ORDER BY receiver_id
+    SELECT receiver_id, count(*), 0 FROM fresh GROUP BY receiver_id ORDER BY receiver_id
     ON CONFLICT (client_id)
     DO UPDATE SET last_position = broker_receiverstream.last_position + EXCLUDED.last_position
     RETURNING client_id, last_position
+), ends AS MATERIALIZED (
+    SELECT jsonb_object_agg(client_id, last_position) AS last_position FROM moved
 ), inserted AS (
     INSERT INTO broker_delivery
         (event_id, receiver_id, sender_id, channel, sequence, position, state, delivered_at)
     SELECT fresh.event_id, fresh.receiver_id, fresh.sender_id, fresh.channel, fresh.sequence,
-        moved.last_position - counts.n
-            + row_number() OVER (PARTITION BY fresh.receiver_id ORDER BY fresh.ord),
+        (ends.last_position ->> fresh.receiver_id::text)::bigint - fresh.n + fresh.nth,
         'pending', fresh.at
-    FROM fresh
-    JOIN counts ON counts.receiver_id = fresh.receiver_id
-    JOIN moved ON moved.client_id = fresh.receiver_id
+    FROM fresh CROSS JOIN ends
     RETURNING id, event_id, receiver_id, position
 )
 SELECT id, event_id, receiver_id, position, NULL::bigint, NULL::text FROM inserted

@@ -24,7 +24,7 @@ from broker.models import (
     Dispatcher,
     DispatcherSummary,
 )
-from broker.prepared import prepared_cursor
+from broker.prepared import plan_once, prepared_cursor
 from broker.selectors import attributes_by_client, newest_policies, vocabulary
 from broker.vocabulary import Vocabulary
 from policies import Matcher, Policy, PolicySyntaxError, Selector
@@ -205,6 +205,7 @@ def leaf_held(dispatcher_id: int) -> Iterator[tuple[LeafState, set[int]]]:
     as well, since each write commits before the lock is released."""
     if connection.in_atomic_block:
         raise RuntimeError("a session's lock must not be taken inside a transaction")
+    plan_once()
     locked = _lock(dispatcher_id, HOLD_AND_CHANGES)
     try:
         yield _fresh_state(dispatcher_id, *locked)

@@ -245,6 +245,10 @@ def test_a_hop_outside_a_transaction_pushes_under_the_leafs_lock_and_then_releas
     assert lock_free_at_push == [False]
     assert _leaf_lock_free(leaf)
     assert sequences_in_position_order(receiver) == [1, 2]
+    # The connection now plans the leaf's statements once (broker.prepared.plan_once).
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        assert cursor.fetchone() == ("force_generic_plan",)
     statements = [
         q["sql"]
         for q in queries
