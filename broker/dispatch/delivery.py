@@ -17,12 +17,18 @@ from django.utils import timezone
 
 from broker import announcements, audit, notify
 from broker.audit import Actor
-from broker.dispatch.events import RoutedEvent, live_events
+from broker.dispatch.events import (
+    RoutedEvent,
+    live_events,
+    live_events_after,
+    live_selectors,
+    parsed_selector,
+)
 from broker.dispatch.state import LEAF_LOCK_NAMESPACE, LeafState
 from broker.models import Delivery
 from broker.notify import Pushed
 from broker.prepared import prepared_cursor
-from broker.selectors import client_names
+from broker.selectors import client_names, vocabulary
 
 
 def lock_leaf(dispatcher_id: int) -> None:
@@ -89,21 +95,56 @@ def _planned(state, streams, matched, behind) -> list[Delivery]:
 
 
 def deliver_late(state: LeafState, receiver_ids: set[int]) -> int:
-    """Give changed receivers the live events they now match (persistence)."""
-    receivers = [r for r in receiver_ids if r in state.matcher]
+    """Give changed receivers the live events they now match (persistence).
+
+    Only the events that may be due are read: those whose selector selects one of the
+    receivers as they are now, past the lowest of their positions in the event's
+    stream. Reading and matching every live event at each change held the leaf's lock
+    for 50 to 300 ms in the 50-ponger ping-pong (2,000 to 3,000 live events), and
+    clients that state a figure such as their load change many times a second."""
+    receivers = sorted(r for r in receiver_ids if r in state.matcher)
     if not receivers:
         return 0
+    streams_of = live_selectors()
+    addressed = _addressed(state, receivers, streams_of)
+    streams = sorted({stream for text in addressed for stream in streams_of[text]})
+    positions = _positions(receivers, streams)
+    lowest = {s: min(positions.get((r, *s), 0) for r in receivers) for s in streams}
     pending: list[Delivery] = []
-    streams = [(s, list(g)) for s, g in groupby(live_events(), key=lambda e: e.stream)]
-    positions = _positions(receivers, [stream for stream, _ in streams])
-    for stream, batch in streams:
-        for receiver_id in receivers:
-            position = positions.get((receiver_id, *stream), 0)
-            newer = [e for e in batch if e.sequence > position]
-            pending.extend(
-                _delivery(e, receiver_id) for e in newer if _matches(state, receiver_id, e)
-            )
+    for _, batch in groupby(live_events_after(lowest, addressed), key=lambda e: e.stream):
+        pending.extend(_late_in_stream(state, list(batch), addressed, positions))
     return len(insert_deliveries(pending))
+
+
+def _addressed(state: LeafState, receivers: list[int], texts) -> dict[str, set[int]]:
+    """{selector text: those of `receivers` it selects}, for the texts selecting any."""
+    words = vocabulary()
+    addressed = {}
+    for text in texts:
+        selector = parsed_selector(text, words)
+        chosen = {
+            r
+            for r in receivers
+            if selector is None or selector.selects(state.matcher.attributes(r))
+        }
+        if chosen:
+            addressed[text] = chosen
+    return addressed
+
+
+def _late_in_stream(state: LeafState, batch, addressed, positions) -> list[Delivery]:
+    """The receivers' deliveries of one stream's candidate events: each receiver's
+    events past its position that it matches, in sequence order."""
+    stream = batch[0].stream
+    receivers = sorted(set().union(*(addressed[e.selector_text] for e in batch)))
+    return [
+        _delivery(e, r)
+        for r in receivers
+        for e in batch
+        if r in addressed[e.selector_text]
+        and e.sequence > positions.get((r, *stream), 0)
+        and _matches(state, r, e)
+    ]
 
 
 def _receivers_of(state: LeafState, event: RoutedEvent) -> set[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -145,6 +146,55 @@ def live_events(ids: Iterable[str] | None = None, **filters) -> list[RoutedEvent
     # before them, which this later statement therefore sees.
     words = vocabulary()
     return [_routed(row, words) for row in rows]
+
+
+def live_selectors() -> dict[str, set[tuple[int, str]]]:
+    """The selectors unexpired events carry, as stored ("" for none), each with the
+    streams (sender, channel) of those events: a read of three columns, to know which
+    events may concern some receivers before reading any."""
+    rows = (
+        Event.objects.filter(expires_at__gt=timezone.now())
+        .values_list("selector", "sender_id", "channel")
+        .distinct()
+    )
+    streams: dict[str, set[tuple[int, str]]] = defaultdict(set)
+    for text, sender_id, channel in rows:
+        streams[text].add((sender_id, channel))
+    return dict(streams)
+
+
+# Unexpired events carrying one of the selectors, past a sequence in their stream: a
+# step of the (sender, channel, sequence) index per stream.
+LIVE_AFTER = """
+SELECT e.* FROM unnest(%s::bigint[], %s::text[], %s::bigint[]) AS s(sender_id, channel, after)
+JOIN broker_event AS e
+    ON e.sender_id = s.sender_id AND e.channel = s.channel AND e.sequence > s.after
+WHERE e.expires_at > %s AND e.selector = ANY(%s::text[])
+ORDER BY e.sender_id, e.channel, e.sequence
+"""
+
+
+def live_events_after(
+    after: dict[tuple[int, str], int], selectors: Iterable[str]
+) -> list[RoutedEvent]:
+    """Unexpired events whose selector (as stored) is one of `selectors`, in the streams
+    of `after` ({(sender, channel): sequence}) and past that sequence there; in stream
+    order, oldest sequence first."""
+    if not after:
+        return []
+    streams = sorted(after)
+    params = [
+        [sender_id for sender_id, _ in streams],
+        [channel for _, channel in streams],
+        [after[stream] for stream in streams],
+        timezone.now(),
+        sorted(selectors),
+    ]
+    found = list(Event.objects.raw(LIVE_AFTER, params))
+    if not found:
+        return []
+    words = vocabulary()  # after the events, as in `live_events`
+    return [_routed(tuple(getattr(event, name) for name in FIELDS), words) for event in found]
 
 
 def recent_policy_inputs(limit: int = LOSS_SAMPLE) -> list[dict[str, Any]]:

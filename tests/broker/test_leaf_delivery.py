@@ -13,10 +13,11 @@ from broker.dispatch import delivery, entry
 from broker.dispatch import state as dispatch_state
 from broker.dispatch.entry import clients_changed
 from broker.dispatch.events import live_events
-from broker.dispatch.steps import DOWN, route
+from broker.dispatch.steps import DOWN, apply_client_changes, route
 from broker.models import AuditEntry, Client, Delivery
-from broker.scenario import load_scenario
+from broker.scenario import OVERLOADED, REGIONS, load_scenario
 from broker.selectors import current_attributes
+from broker.services.clients import state_attributes
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
 from tests.broker.agent_helpers import ISSUER
@@ -280,3 +281,101 @@ def test_a_failure_under_the_leafs_lock_releases_it_and_forgets_the_leafs_state(
     assert leaf not in dispatch_state._leaves  # rebuilt next time, everyone caught up
     route_down(leaf, events[1:2])
     assert sequences_in_position_order(receiver) == [1, 2, 3, 4, 5]
+
+
+# Persistence: a receiver that changes is given the live events it now matches. Only
+# the events that may be due are read, and each receiver gets what is past its own
+# position. Committed transactions, so that the leaf sees the change after its state.
+@pytest.fixture
+def shared_leaf(tree_left_alone):
+    """The scenario with 24 servers, several to a leaf; web-00000 (IIS 2.4, not overloaded)
+    and its leaf, whose state is built before anything is published."""
+    scenario = load_scenario(servers=24)
+    receiver = next(s for s in scenario.servers if s.name == "web-00000")
+    assert current_attributes(receiver)["version"].startswith("2.4.")
+    dispatch_state.forget_leaf(receiver.dispatcher_id)
+    arrive(receiver.dispatcher_id, [])
+    yield scenario, receiver
+    dispatch_state.forget_leaf(receiver.dispatcher_id)
+
+
+def delivered_events(receiver) -> list[str]:
+    deliveries = Delivery.objects.filter(receiver=receiver).order_by("position")
+    return [str(event_id) for event_id in deliveries.values_list("event_id", flat=True)]
+
+
+def state_load(client, load: float) -> None:
+    state_attributes(client=client, values={"load": load}, actor=Actor("client", client.name))
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+def test_a_changed_receiver_gets_what_it_now_matches_and_only_that_is_read(
+    shared_leaf, monkeypatch
+):
+    scenario, receiver = shared_leaf
+    national = scenario.controllers["intellimune-national"]
+    status = commands(national, channel="ops", count=2)  # it matches them already
+    shutdown = publish_event(
+        sender=national, content={"kind": "command", "action": "shutdown"}, selector=OVERLOADED
+    )
+    elsewhere = next(r for r in REGIONS if r != current_attributes(receiver)["region"])
+    never = publish_event(
+        sender=national,
+        content={"kind": "command", "action": "status"},
+        selector=f'region == "{elsewhere}"',
+        channel="regional",
+    )
+    route_down(receiver.dispatcher_id, [*status, shutdown, never])
+    assert delivered_events(receiver) == [str(e.pk) for e in status]
+    read = _spy_on_late_reads(monkeypatch)
+    state_load(receiver, 0.93)  # overloaded now: the shutdown is due
+    apply_client_changes(receiver.dispatcher_id)
+    assert delivered_events(receiver) == [str(e.pk) for e in [*status, shutdown]]
+    # Neither the commands it holds nor the event that selects another region was read.
+    assert read == [str(shutdown.pk)]
+    state_load(receiver, 0.97)  # a second change: nothing twice
+    apply_client_changes(receiver.dispatcher_id)
+    assert delivered_events(receiver) == [str(e.pk) for e in [*status, shutdown]]
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+def test_receivers_changing_together_each_get_what_is_past_their_own_position(shared_leaf):
+    scenario, receiver = shared_leaf
+    here = [s for s in scenario.servers if s.dispatcher_id == receiver.dispatcher_id]
+    other = next(s for s in here if s != receiver)
+    national = scenario.controllers["intellimune-national"]
+    state_load(receiver, 0.9)
+    state_load(other, 0.1)
+    apply_client_changes(receiver.dispatcher_id)
+    busy = [
+        publish_event(
+            sender=national,
+            content={"kind": "command", "action": "status", "n": n},
+            selector="load >= 0.5",
+            channel="busy",
+        )
+        for n in range(2)
+    ]
+    route_down(receiver.dispatcher_id, busy)
+    assert delivered_events(receiver) == [str(e.pk) for e in busy]
+    assert delivered_events(other) == []
+    state_load(receiver, 0.95)  # still busy: holds both already
+    state_load(other, 0.6)  # busy now: both are due, in order
+    apply_client_changes(receiver.dispatcher_id)
+    assert delivered_events(receiver) == [str(e.pk) for e in busy]
+    assert delivered_events(other) == [str(e.pk) for e in busy]
+    assert sequences_in_position_order(other) == [1, 2]
+
+
+def _spy_on_late_reads(monkeypatch) -> list[str]:
+    """The ids of the events `deliver_late` reads, as it reads them."""
+    read: list[str] = []
+    original = delivery.live_events_after
+
+    def spy(*args, **kwargs):
+        found = original(*args, **kwargs)
+        read.extend(event.id for event in found)
+        return found
+
+    monkeypatch.setattr(delivery, "live_events_after", spy)
+    return read
