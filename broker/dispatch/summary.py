@@ -149,6 +149,11 @@ class Summary:
     def may_accept(self, sender: Mapping[str, Any], content: Mapping[str, Any]) -> bool:
         return any(f.accepts(sender, content) for f in self.policy_filters)
 
+    def accepts_all_of(self, other: Summary) -> bool:
+        """Does this summary's policy side let through every sender and content that
+        `other`'s does? (sound: False when unsure)"""
+        return covers_all(self.policy_filters, other.policy_filters)
+
     def may_select(self, selector: Selector | None) -> bool:
         if self.receivers == 0:
             return False

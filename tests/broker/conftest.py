@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from broker.dispatch import entry
 from broker.scenario import load_scenario
 from broker.services.clients import issue_token
 from tests.broker.agent_helpers import ISSUER
@@ -25,3 +26,12 @@ def cast(celery_worker):
         "controller_client": controller,
         "scenario": scenario,
     }
+
+
+@pytest.fixture
+def tree_left_alone(monkeypatch):
+    """In tests that commit, the suite's tree worker (tests/conftest.py) would route the
+    published events and apply logged changes itself, racing the test for the leaf's
+    lock: neither the events' first hops nor the leaf's wake-ups leave this process."""
+    monkeypatch.setattr(entry.transport, "send", lambda hops: None)
+    monkeypatch.setattr(entry.wakeups, "wake", lambda *args: None)

@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 from broker import audit, notify
 from broker.audit import Actor
-from broker.dispatch import delivery, entry
+from broker.dispatch import delivery
 from broker.dispatch import state as dispatch_state
 from broker.dispatch.entry import clients_changed
 from broker.dispatch.events import live_events
@@ -25,15 +25,6 @@ from tests.broker.agent_helpers import ISSUER
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 
 IIS_SELECTOR = 'receiver.software == "IIS"'
-
-
-@pytest.fixture
-def tree_left_alone(monkeypatch):
-    """In tests that commit, the suite's tree worker (tests/conftest.py) would route the
-    published events and apply logged changes itself, racing the test for the leaf's
-    lock: neither the events' first hops nor the leaf's wake-ups leave this process."""
-    monkeypatch.setattr(entry.transport, "send", lambda hops: None)
-    monkeypatch.setattr(entry.wakeups, "wake", lambda *args: None)
 
 
 @pytest.fixture

@@ -93,6 +93,20 @@ def test_covering_means_letting_through_everything_the_other_does(world, case):
         assert a.may_select(selector)
 
 
+@PROPERTY
+@given(
+    worlds(groups=2),
+    attribute_maps(SENDER_NAMES).map(json_safe),
+    attribute_maps(EVENT_NAMES).map(json_safe),
+)
+def test_accepting_all_of_another_means_letting_through_every_sender_it_does(world, sender, event):
+    _, (left, right) = world
+    a, b = Summary.of_receivers(left), Summary.of_receivers(right)
+    if a.accepts_all_of(b) and b.may_accept(sender, event):
+        assert a.may_accept(sender, event)
+    assert Summary.union([a, b]).accepts_all_of(a)
+
+
 def test_a_version_literal_survives_the_json_form_and_covering():
     words = Vocabulary(receiver={}, sender={}, event={"version": "version"})
     from_24 = Summary.of_receivers([({}, words.policy('accept event.version >= "2.4"'))])

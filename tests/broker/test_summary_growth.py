@@ -1,0 +1,67 @@
+"""A child's summary grew: its parent resends the live events the old summary kept
+from it, and reads only the events the growth may concern."""
+
+import pytest
+
+from broker.dispatch import steps
+from broker.dispatch.summary import Summary
+from broker.scenario import WEB_SERVER_POLICY, load_scenario
+from broker.selectors import vocabulary
+from broker.services.events import publish_event
+from tests.broker.agent_helpers import ISSUER
+
+pytestmark = pytest.mark.django_db(databases=["default", "audit"])
+
+IIS = {"software": "IIS", "version": "2.4.1", "load": 0.1, "region": "Northwest"}
+
+
+def summary_of(*receivers: dict) -> Summary:
+    """A subtree of web servers with these attributes and the scenario's policy."""
+    policy = vocabulary().policy(WEB_SERVER_POLICY)
+    return Summary.of_receivers([(attributes, policy) for attributes in receivers])
+
+
+@pytest.fixture
+def commands(tree_left_alone):
+    """A status command to IIS servers and one to loaded servers, both live."""
+    national = load_scenario(servers=4).controllers["intellimune-national"]
+    content = {"kind": "command", "action": "status"}
+    return [
+        publish_event(sender=national, content=content, selector=selector, actor=ISSUER)
+        for selector in ('software == "IIS"', "load >= 0.8")
+    ]
+
+
+def test_a_child_that_now_selects_more_is_resent_what_it_now_selects(commands, monkeypatch):
+    _, for_loaded = commands
+    read = _spy_on_reads(monkeypatch)
+    before, after = summary_of(IIS), summary_of(IIS, {**IIS, "load": 0.9})
+    (hop,) = steps._resend_to_grown_child(7, before, after)
+    assert [wire["id"] for wire in hop.events] == [str(for_loaded.pk)]
+    # The event the old summary let through already was not read.
+    assert read == [str(for_loaded.pk)]
+
+
+def test_a_growth_no_live_event_depends_on_reads_no_event(commands, monkeypatch):
+    read = _spy_on_reads(monkeypatch)
+    before, after = summary_of(IIS), summary_of(IIS, {**IIS, "region": "Southeast"})
+    assert steps._resend_to_grown_child(7, before, after) == []
+    assert read == []
+
+
+def test_a_child_with_no_summary_before_is_resent_everything_it_may_match(commands):
+    hops = steps._resend_to_grown_child(7, None, summary_of(IIS))
+    assert [wire["id"] for wire in hops[0].events] == [str(commands[0].pk)]
+
+
+def _spy_on_reads(monkeypatch) -> list[str]:
+    read: list[str] = []
+    original = steps.live_events
+
+    def spy(*args, **kwargs):
+        found = original(*args, **kwargs)
+        read.extend(event.id for event in found)
+        return found
+
+    monkeypatch.setattr(steps, "live_events", spy)
+    return read
