@@ -21,6 +21,7 @@ from broker.services.clients import state_attributes
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
 from tests.broker.agent_helpers import ISSUER
+from tests.broker.tree_helpers import events_read_through
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 
@@ -318,7 +319,7 @@ def test_a_changed_receiver_gets_what_it_now_matches_and_only_that_is_read(
     )
     route_down(receiver.dispatcher_id, [*status, shutdown, never])
     assert delivered_events(receiver) == [str(e.pk) for e in status]
-    read = _spy_on_late_reads(monkeypatch)
+    read = events_read_through(monkeypatch, delivery, "live_events_after")
     state_load(receiver, 0.93)  # overloaded now: the shutdown is due
     apply_client_changes(receiver.dispatcher_id)
     assert delivered_events(receiver) == [str(e.pk) for e in [*status, shutdown]]
@@ -356,17 +357,3 @@ def test_receivers_changing_together_each_get_what_is_past_their_own_position(sh
     assert delivered_events(receiver) == [str(e.pk) for e in busy]
     assert delivered_events(other) == [str(e.pk) for e in busy]
     assert sequences_in_position_order(other) == [1, 2]
-
-
-def _spy_on_late_reads(monkeypatch) -> list[str]:
-    """The ids of the events `deliver_late` reads, as it reads them."""
-    read: list[str] = []
-    original = delivery.live_events_after
-
-    def spy(*args, **kwargs):
-        found = original(*args, **kwargs)
-        read.extend(event.id for event in found)
-        return found
-
-    monkeypatch.setattr(delivery, "live_events_after", spy)
-    return read

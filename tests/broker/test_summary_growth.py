@@ -9,6 +9,7 @@ from broker.scenario import WEB_SERVER_POLICY, load_scenario
 from broker.selectors import vocabulary
 from broker.services.events import publish_event
 from tests.broker.agent_helpers import ISSUER
+from tests.broker.tree_helpers import events_read_through
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 
@@ -34,7 +35,7 @@ def commands(tree_left_alone):
 
 def test_a_child_that_now_selects_more_is_resent_what_it_now_selects(commands, monkeypatch):
     _, for_loaded = commands
-    read = _spy_on_reads(monkeypatch)
+    read = events_read_through(monkeypatch, steps, "live_events")
     before, after = summary_of(IIS), summary_of(IIS, {**IIS, "load": 0.9})
     (hop,) = steps._resend_to_grown_child(7, before, after)
     assert [wire["id"] for wire in hop.events] == [str(for_loaded.pk)]
@@ -43,7 +44,7 @@ def test_a_child_that_now_selects_more_is_resent_what_it_now_selects(commands, m
 
 
 def test_a_growth_no_live_event_depends_on_reads_no_event(commands, monkeypatch):
-    read = _spy_on_reads(monkeypatch)
+    read = events_read_through(monkeypatch, steps, "live_events")
     before, after = summary_of(IIS), summary_of(IIS, {**IIS, "region": "Southeast"})
     assert steps._resend_to_grown_child(7, before, after) == []
     assert read == []
@@ -52,16 +53,3 @@ def test_a_growth_no_live_event_depends_on_reads_no_event(commands, monkeypatch)
 def test_a_child_with_no_summary_before_is_resent_everything_it_may_match(commands):
     hops = steps._resend_to_grown_child(7, None, summary_of(IIS))
     assert [wire["id"] for wire in hops[0].events] == [str(commands[0].pk)]
-
-
-def _spy_on_reads(monkeypatch) -> list[str]:
-    read: list[str] = []
-    original = steps.live_events
-
-    def spy(*args, **kwargs):
-        found = original(*args, **kwargs)
-        read.extend(event.id for event in found)
-        return found
-
-    monkeypatch.setattr(steps, "live_events", spy)
-    return read

@@ -57,3 +57,18 @@ def release(dispatcher: Dispatcher, entry_ids: list[bytes]) -> None:
     stream = transport.stream_name(dispatcher.queue)
     transport.broker_redis().xack(stream, transport.GROUP, *entry_ids)
     transport.broker_redis().xdel(stream, *entry_ids)
+
+
+def events_read_through(monkeypatch, module, name: str) -> list[str]:
+    """The ids of the events `module.name` (a function returning RoutedEvents) returns
+    from now on, as the code under test reads them."""
+    read: list[str] = []
+    original = getattr(module, name)
+
+    def spy(*args, **kwargs):
+        found = original(*args, **kwargs)
+        read.extend(event.id for event in found)
+        return found
+
+    monkeypatch.setattr(module, name, spy)
+    return read
