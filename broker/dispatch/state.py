@@ -37,6 +37,10 @@ FRESH_FOR_S = 0.5
 
 log = logging.getLogger(__name__)
 
+# A changed receiver as the leaf held it before the change: its attributes and policy;
+# None where that is unknown (the state was built afresh) or it was no receiver here.
+Before = tuple[dict[str, Any], Policy] | None
+
 
 @dataclass
 class Topology:
@@ -86,8 +90,9 @@ class LeafState:
         self.horizon = snapshot_xmin()
         self.reload(Client.objects.filter(dispatcher_id=dispatcher_id).values_list("id", flat=True))
 
-    def refresh(self) -> set[int]:
-        """Apply changes not surely seen before; return the changed client ids.
+    def refresh(self) -> dict[int, Before]:
+        """Apply changes not surely seen before; return the changed client ids, each
+        with the receiver it was before.
 
         Changes whose transaction id is at or above the previous horizon are read again
         (reloading a client twice is harmless); below it, every change was committed
@@ -95,12 +100,20 @@ class LeafState:
         """
         return self.advance(*clients_changed_since(self.horizon, [self.dispatcher_id]))
 
-    def advance(self, horizon: int, changed: set[int]) -> set[int]:
-        """Move to `horizon`, reading the changed clients again; return them."""
+    def advance(self, horizon: int, changed: set[int]) -> dict[int, Before]:
+        """Move to `horizon`, reading the changed clients again; return them, each with
+        the receiver it was before."""
         self.horizon = horizon
+        before = {client_id: self.held_as(client_id) for client_id in changed}
         if changed:
             self.reload(changed)
-        return changed
+        return before
+
+    def held_as(self, client_id: int) -> Before:
+        """The client as a receiver here (attributes, policy); None if it is none."""
+        if client_id not in self.matcher:
+            return None
+        return self.matcher.attributes(client_id), self.matcher.policy(client_id)
 
     def reload(self, client_ids: Iterable[int]) -> None:
         """Read these clients again (those no longer receivers here leave)."""
@@ -186,18 +199,19 @@ HOLD_AND_CHANGES = _LOCK_AND_CHANGES.format(lock="pg_advisory_lock")
 RELEASE = "SELECT pg_advisory_unlock(%s, %s)"
 
 
-def locked_leaf_state(dispatcher_id: int) -> tuple[LeafState, set[int]]:
+def locked_leaf_state(dispatcher_id: int) -> tuple[LeafState, dict[int, Before]]:
     """Take the leaf's lock (until the transaction ends); return its fresh state and
-    the clients changed since it was last used.
+    the clients changed since it was last used, each with the receiver it was before.
 
-    A state built afresh reports all its receivers as changed: whatever happened while
-    no process held it, they must be caught up on the live events they now match.
+    A state built afresh reports all its receivers as changed, from unknown: whatever
+    happened while no process held it, they must be caught up on the live events they
+    now match.
     """
     return _fresh_state(dispatcher_id, *_lock(dispatcher_id, LOCK_AND_CHANGES))
 
 
 @contextmanager
-def leaf_held(dispatcher_id: int) -> Iterator[tuple[LeafState, set[int]]]:
+def leaf_held(dispatcher_id: int) -> Iterator[tuple[LeafState, dict[int, Before]]]:
     """`locked_leaf_state` outside a transaction: the lock is the session's, held until
     the block ends, and every statement in the block commits on its own. Delivering
     then costs no BEGIN and no COMMIT round trip; what the lock guarantees (one
@@ -224,11 +238,11 @@ def _lock(dispatcher_id: int, statement: str) -> tuple[int, list[int]]:
 
 def _fresh_state(
     dispatcher_id: int, following: int, changed: list[int]
-) -> tuple[LeafState, set[int]]:
+) -> tuple[LeafState, dict[int, Before]]:
     state = _leaves.get(dispatcher_id)
     if state is None:
         state = _leaves[dispatcher_id] = LeafState(dispatcher_id)
-        return state, set(state.matcher.selected(None))
+        return state, dict.fromkeys(state.matcher.selected(None))
     return state, state.advance(following, set(changed))
 
 

@@ -225,10 +225,11 @@ def apply_client_changes(leaf_id: int) -> list[SummaryHop]:
     """Bring a leaf up to date, deliver what changed receivers now match, and push a
     grown summary upward; return follow-up hops."""
     with leaf_session(leaf_id) as (leaf, changed):
-        if not changed:
-            return []  # another task already applied these changes
-        deliver_late(leaf, changed)
-        # Still under the leaf's lock: a concurrent recomputation cannot interleave.
+        if changed:
+            deliver_late(leaf, changed)
+        # Even with nothing new to take in: a hop may have taken the changes in before
+        # (delivering, it does not store summaries). Still under the leaf's lock, so a
+        # concurrent recomputation cannot interleave.
         return _store_if_grown(leaf_id, leaf.summary)
 
 

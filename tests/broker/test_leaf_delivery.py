@@ -13,10 +13,11 @@ from broker.dispatch import delivery
 from broker.dispatch import state as dispatch_state
 from broker.dispatch.entry import clients_changed
 from broker.dispatch.events import live_events
-from broker.dispatch.steps import DOWN, apply_client_changes, route
-from broker.models import AuditEntry, Client, Delivery
+from broker.dispatch.steps import DOWN, apply_client_changes, recompute_summaries, route
+from broker.dispatch.summary import Summary
+from broker.models import AuditEntry, Client, Delivery, DispatcherSummary
 from broker.scenario import OVERLOADED, REGIONS, load_scenario
-from broker.selectors import current_attributes
+from broker.selectors import current_attributes, vocabulary
 from broker.services.clients import state_attributes
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
@@ -189,16 +190,18 @@ def test_a_leaf_state_is_locked_and_refreshed_in_one_statement(stream):
     leaf = receiver.dispatcher_id
     with transaction.atomic():
         _, changed = dispatch_state.locked_leaf_state(leaf)  # built afresh: everyone
-    assert receiver.pk in changed
+    assert receiver.pk in changed and changed[receiver.pk] is None  # as it was: unknown
     clients_changed([receiver])  # as an attribute change logs it
     with transaction.atomic():
         state, changed = dispatch_state.locked_leaf_state(leaf)
         assert not _leaf_lock_free(leaf)  # held until the transaction ends
-    assert changed == {receiver.pk} and receiver.pk in state.matcher
+    assert changed.keys() == {receiver.pk} and receiver.pk in state.matcher
+    attributes, _ = changed[receiver.pk]  # as the leaf held it before
+    assert attributes == state.matcher.attributes(receiver.pk)
     assert _leaf_lock_free(leaf)
     with CaptureQueriesContext(connection) as queries, transaction.atomic():
         # Read again only while an older transaction still runs (the suite's others).
-        assert dispatch_state.locked_leaf_state(leaf)[1] <= {receiver.pk}
+        assert dispatch_state.locked_leaf_state(leaf)[1].keys() <= {receiver.pk}
     (statement,) = [q["sql"] for q in queries if _locks_or_reads_changes(q["sql"])]
     assert "pg_advisory_xact_lock" in statement and "broker_clientchange" in statement
 
@@ -331,6 +334,20 @@ def test_a_changed_receiver_gets_what_it_now_matches_and_only_that_is_read(
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+def test_a_change_that_turns_no_live_events_verdict_leaves_them_to_their_hops(
+    shared_leaf, monkeypatch
+):
+    scenario, receiver = shared_leaf
+    on_their_way = commands(scenario.controllers["intellimune-national"], channel="ops", count=2)
+    read = events_read_through(monkeypatch, delivery, "live_events_after")
+    state_load(receiver, 0.5)  # still IIS: the commands select it as before
+    apply_client_changes(receiver.dispatcher_id)
+    assert read == [] and delivered_events(receiver) == []
+    route_down(receiver.dispatcher_id, on_their_way)
+    assert delivered_events(receiver) == [str(e.pk) for e in on_their_way]
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 def test_receivers_changing_together_each_get_what_is_past_their_own_position(shared_leaf):
     scenario, receiver = shared_leaf
     here = [s for s in scenario.servers if s.dispatcher_id == receiver.dispatcher_id]
@@ -357,3 +374,23 @@ def test_receivers_changing_together_each_get_what_is_past_their_own_position(sh
     assert delivered_events(receiver) == [str(e.pk) for e in busy]
     assert delivered_events(other) == [str(e.pk) for e in busy]
     assert sequences_in_position_order(other) == [1, 2]
+
+
+def stored_summary(dispatcher_id: int) -> Summary:
+    row = DispatcherSummary.objects.get(pk=dispatcher_id)
+    return Summary.from_json(row.data, vocabulary())
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+def test_a_change_a_delivery_hop_took_in_first_still_grows_the_leafs_summary(shared_leaf):
+    scenario, receiver = shared_leaf
+    leaf = receiver.dispatcher_id
+    dispatch_state.topology(leaf)  # the shape of this test's tree, not an earlier one's
+    recompute_summaries()
+    overloaded = vocabulary().selector(OVERLOADED)
+    assert not stored_summary(leaf).may_select(overloaded)
+    state_load(receiver, 0.93)
+    # A hop arrives before the leaf's wake-up: it takes the change in, and delivers.
+    route_down(leaf, commands(scenario.controllers["intellimune-national"], channel="x", count=1))
+    apply_client_changes(leaf)
+    assert stored_summary(leaf).may_select(overloaded)
