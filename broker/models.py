@@ -572,9 +572,6 @@ class DispatcherSummary(models.Model):
     )
     version = models.PositiveBigIntegerField(default=0)
     data = models.JSONField()
-    # The version this one replaced: what a parent needs to find events it may have
-    # pruned under the old summary.
-    previous_data = models.JSONField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
     # What the policy of `data` costs and what coagulation lost to reach it
     # (Summary.figures), kept so that the console need not parse every summary. Null
@@ -590,6 +587,31 @@ class DispatcherSummary(models.Model):
 
     def __str__(self) -> str:
         return f"summary of {self.dispatcher_id} v{self.version}"
+
+
+class SummaryVersion(models.Model):
+    """A dispatcher's summary as stored at one version, kept for the last
+    `SummaryVersion.KEPT` versions: a parent resending what a child's growth may concern
+    compares the version that grew with the one before it, however many versions the
+    child has stored since (a burst of changes stores dozens in a second)."""
+
+    KEPT = 64
+
+    dispatcher = models.ForeignKey(
+        Dispatcher, on_delete=models.CASCADE, related_name="summary_versions", db_index=False
+    )
+    version = models.PositiveBigIntegerField()
+    data = models.JSONField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["dispatcher", "version"], name="summary_version_once_per_dispatcher"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"summary of {self.dispatcher_id} as of v{self.version}"
 
 
 class TrafficWatermark(models.Model):

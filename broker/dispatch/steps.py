@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from broker import audit
@@ -33,7 +34,7 @@ from broker.dispatch.events import (
 )
 from broker.dispatch.summary import Summary
 from broker.dispatch.transport import RouteHop
-from broker.models import DispatcherSummary, Event, TrafficRecord
+from broker.models import DispatcherSummary, Event, SummaryVersion, TrafficRecord
 from broker.prepared import prepared_cursor
 from broker.selectors import client_names, vocabulary
 
@@ -246,16 +247,21 @@ def refresh_summary(dispatcher_id: int, child_id: int, version: int) -> list[Rou
 
 
 def _grown_summary(child_id: int, version: int) -> tuple[Summary | None, Summary]:
-    """(summary before the growth, summary now). When the child has grown again since
-    `version`, "before" is unknown (None) and every matching live event is resent."""
-    row = DispatcherSummary.objects.filter(pk=child_id).first()
-    if row is None:  # a stale request: the child has stored nothing (yet)
-        return None, Summary()
+    """(the child's summary before `version`, the summary at `version`), as kept
+    (`SummaryVersion`). Where `version` is no longer kept (or the child stored nothing),
+    "before" is unknown (None) and the summary is the child's latest: every live event
+    it may match is resent."""
+    kept = dict(
+        SummaryVersion.objects.filter(
+            dispatcher_id=child_id, version__in=[version - 1, version]
+        ).values_list("version", "data")
+    )
     words = vocabulary()
-    after = Summary.from_json(row.data, words)
-    if row.version != version or row.previous_data is None:
-        return None, after
-    return Summary.from_json(row.previous_data, words), after
+    if version not in kept:
+        row = DispatcherSummary.objects.filter(pk=child_id).first()
+        return None, Summary.from_json(row.data, words) if row else Summary()
+    before, grown = kept.get(version - 1), kept[version]
+    return (Summary.from_json(before, words) if before else None), Summary.from_json(grown, words)
 
 
 def _resend_to_grown_child(child_id: int, before: Summary | None, after: Summary) -> list:
@@ -311,21 +317,30 @@ def _locked_summary_row(dispatcher_id: int) -> DispatcherSummary | None:
 
 
 def _save_summary(dispatcher_id: int, summary: Summary, stored: DispatcherSummary | None) -> int:
-    """Store a new version, keeping the one it replaces, with its figures; return the
-    new version."""
+    """Store a new version, with its figures, and keep it (`SummaryVersion`); return
+    the new version."""
     figures = summary.figures(recent_policy_inputs)
+    data = summary.to_json()
     if stored is None:
-        DispatcherSummary.objects.filter(pk=dispatcher_id).update(
-            version=1, data=summary.to_json(), previous_data=None, **figures
-        )
-        return 1
-    stored.previous_data = stored.data
-    stored.version += 1
-    stored.data = summary.to_json()
-    for name, value in figures.items():
-        setattr(stored, name, value)
-    stored.save(update_fields=["version", "data", "previous_data", "updated_at", *figures])
-    return stored.version
+        DispatcherSummary.objects.filter(pk=dispatcher_id).update(version=1, data=data, **figures)
+        version = 1
+    else:
+        stored.version += 1
+        stored.data = data
+        for name, value in figures.items():
+            setattr(stored, name, value)
+        stored.save(update_fields=["version", "data", "updated_at", *figures])
+        version = stored.version
+    _keep_version(dispatcher_id, version, data)
+    return version
+
+
+def _keep_version(dispatcher_id: int, version: int, data: dict) -> None:
+    """Keep this version, and only the last KEPT (a summary row stored afresh starts
+    at version 1 again: what was kept of the old one goes)."""
+    kept = SummaryVersion.objects.filter(dispatcher_id=dispatcher_id)
+    kept.filter(Q(version__lte=version - SummaryVersion.KEPT) | Q(version__gte=version)).delete()
+    SummaryVersion.objects.create(dispatcher_id=dispatcher_id, version=version, data=data)
 
 
 def _refresh_figures(stored: DispatcherSummary, summary: Summary) -> None:

@@ -3,8 +3,11 @@ from it, and reads only the events the growth may concern."""
 
 import pytest
 
+from broker.dispatch import state as dispatch_state
 from broker.dispatch import steps
 from broker.dispatch.summary import Summary
+from broker.dispatch.transport import RouteHop
+from broker.models import Dispatcher
 from broker.scenario import WEB_SERVER_POLICY, load_scenario
 from broker.selectors import vocabulary
 from broker.services.events import publish_event
@@ -53,3 +56,38 @@ def test_a_growth_no_live_event_depends_on_reads_no_event(commands, monkeypatch)
 def test_a_child_with_no_summary_before_is_resent_everything_it_may_match(commands):
     hops = steps._resend_to_grown_child(7, None, summary_of(IIS))
     assert [wire["id"] for wire in hops[0].events] == [str(commands[0].pk)]
+
+
+def stored_versions(dispatcher_id: int, *summaries: Summary) -> list[int]:
+    """Store these summaries one after the other as the dispatcher's; their versions."""
+    return [
+        steps._save_summary(dispatcher_id, summary, steps._locked_summary_row(dispatcher_id))
+        for summary in summaries
+    ]
+
+
+def test_a_late_refresh_resends_what_its_own_growth_concerns(commands):
+    _, for_loaded = commands
+    child = Dispatcher.objects.filter(is_leaf=True).order_by("id").first().id
+    tree = dispatch_state.topology(child)
+    loaded = {**IIS, "load": 0.9}
+    _, grown, _ = stored_versions(
+        child,
+        summary_of(IIS),
+        summary_of(IIS, loaded),
+        summary_of(IIS, loaded, {**IIS, "region": "Southeast"}),
+    )
+    # The child stored a version since: the parent still knows what this growth added.
+    hops = steps.refresh_summary(tree.parent[child], child, grown)
+    (resent,) = [hop for hop in hops if isinstance(hop, RouteHop)]
+    assert [wire["id"] for wire in resent.events] == [str(for_loaded.pk)]
+
+
+def test_a_refresh_for_a_version_no_longer_kept_resends_all_the_child_may_match(commands):
+    child = Dispatcher.objects.filter(is_leaf=True).order_by("id").first().id
+    tree = dispatch_state.topology(child)
+    first, *_ = stored_versions(child, *[summary_of({**IIS, "load": n / 100}) for n in range(70)])
+    assert steps._grown_summary(child, first)[0] is None
+    hops = steps.refresh_summary(tree.parent[child], child, first)
+    (resent,) = [hop for hop in hops if isinstance(hop, RouteHop)]
+    assert [wire["id"] for wire in resent.events] == [str(commands[0].pk)]
