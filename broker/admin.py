@@ -209,6 +209,13 @@ class DispatcherSummaryAdmin(ReadOnlyAdmin):
     list_select_related = ("dispatcher",)
 
 
+@admin.register(models.SummaryVersion)
+class SummaryVersionAdmin(ReadOnlyAdmin):
+    list_display = ("dispatcher", "version")
+    list_select_related = ("dispatcher",)
+    ordering = ("dispatcher", "-version")
+
+
 @admin.register(models.TrafficWatermark)
 class TrafficWatermarkAdmin(ReadOnlyAdmin):
     list_display = ("id", "last_entry")

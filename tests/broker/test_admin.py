@@ -19,6 +19,7 @@ from broker.models import (
     DispatcherSummary,
     Event,
     ReceiverStream,
+    SummaryVersion,
     TrafficRecord,
     TrafficWatermark,
 )
@@ -59,6 +60,10 @@ def records(operator):
         session_opened(client_id=server.pk, peer="127.0.0.1:40000")
     DispatcherSummary.objects.bulk_create(
         DispatcherSummary(dispatcher=d, version=1, data=Summary().to_json())
+        for d in Dispatcher.objects.all()
+    )
+    SummaryVersion.objects.bulk_create(
+        SummaryVersion(dispatcher=d, version=1, data=Summary().to_json())
         for d in Dispatcher.objects.all()
     )
     TrafficWatermark.objects.create(last_entry="1790000000000-0")
