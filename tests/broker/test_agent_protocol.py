@@ -374,6 +374,30 @@ def test_acknowledging_twice_is_harmless_but_changing_the_answer_is_refused(asgi
     assert refused.code == "invalid" and refused.field == "delivery"
 
 
+def test_two_sessions_of_one_client_both_get_the_push_and_the_first_answer_stands(
+    asgi_server, cast
+):
+    url = agent_url(asgi_server)
+
+    async def flow():
+        async with (
+            Agent(url, cast["server"]) as first,
+            Agent(url, cast["server"]) as second,
+            Agent(url, cast["controller"]) as ctl,
+        ):
+            await ctl.publish(COMMAND, selector=IIS_SELECTOR)
+            got = [await next_notification(first), await next_notification(second)]
+            await first.ack(got[0].delivery, "ok", {"exit_code": 0})
+            with pytest.raises(AgentError) as refused:
+                await second.ack(got[1].delivery, "failed", {"exit_code": 1})
+            return got, refused.value
+
+    got, refused = run(flow())
+    assert got[0].delivery == got[1].delivery
+    assert refused.code == "invalid" and "already answered (acked)" in refused.message
+    assert Delivery.objects.get(pk=got[0].delivery).result == {"exit_code": 0}
+
+
 def test_a_receiver_that_was_offline_gets_what_it_missed_once_in_order_then_live(asgi_server, cast):
     url = agent_url(asgi_server)
 
