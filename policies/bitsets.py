@@ -34,8 +34,9 @@ def members(bits: int) -> list[int]:
     """Sorted members of a bitset.
 
     GMP walks the set bits in C (gmpy2's ``iter_set``): 3 to 8 times faster than the
-    fastest Python way for each shape, which this chose between before (23 members of
-    1,000 bits: 2.6 us against 0.7; 10,000 of 1,000,000: 2.5 ms against 0.36)."""
+    fastest pure-Python way for each shape (peeling bits off the top, visiting 64-bit
+    words, scanning binary text): 23 members of 1,000 bits in 0.7 us against 2.6;
+    10,000 of 1,000,000 in 0.36 ms against 2.5."""
     if not bits:
         return []
     return list(xmpz(bits).iter_set())

@@ -66,10 +66,14 @@ def stored_versions(dispatcher_id: int, *summaries: Summary) -> list[int]:
     ]
 
 
+def first_leaf_and_its_parent() -> tuple[int, int]:
+    child = Dispatcher.objects.filter(is_leaf=True).order_by("id").first().id
+    return child, dispatch_state.topology(child).parent[child]
+
+
 def test_a_late_refresh_resends_what_its_own_growth_concerns(commands):
     _, for_loaded = commands
-    child = Dispatcher.objects.filter(is_leaf=True).order_by("id").first().id
-    tree = dispatch_state.topology(child)
+    child, parent = first_leaf_and_its_parent()
     loaded = {**IIS, "load": 0.9}
     _, grown, _ = stored_versions(
         child,
@@ -78,16 +82,15 @@ def test_a_late_refresh_resends_what_its_own_growth_concerns(commands):
         summary_of(IIS, loaded, {**IIS, "region": "Southeast"}),
     )
     # The child stored a version since: the parent still knows what this growth added.
-    hops = steps.refresh_summary(tree.parent[child], child, grown)
+    hops = steps.refresh_summary(parent, child, grown)
     (resent,) = [hop for hop in hops if isinstance(hop, RouteHop)]
     assert [wire["id"] for wire in resent.events] == [str(for_loaded.pk)]
 
 
 def test_a_refresh_for_a_version_no_longer_kept_resends_all_the_child_may_match(commands):
-    child = Dispatcher.objects.filter(is_leaf=True).order_by("id").first().id
-    tree = dispatch_state.topology(child)
+    child, parent = first_leaf_and_its_parent()
     first, *_ = stored_versions(child, *[summary_of({**IIS, "load": n / 100}) for n in range(70)])
     assert steps._grown_summary(child, first)[0] is None
-    hops = steps.refresh_summary(tree.parent[child], child, first)
+    hops = steps.refresh_summary(parent, child, first)
     (resent,) = [hop for hop in hops if isinstance(hop, RouteHop)]
     assert [wire["id"] for wire in resent.events] == [str(commands[0].pk)]
