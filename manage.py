@@ -8,7 +8,7 @@ import sys
 def main() -> None:
     """Run a management command; a configuration error exits with its message, no trace."""
     if "DATABASE_URL" not in os.environ:  # the launcher and tests set their own
-        from launcher.demo_settings import use_demo_settings
+        from demo.data_folder import use_demo_settings
 
         use_demo_settings()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")

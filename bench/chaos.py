@@ -293,7 +293,7 @@ def one_run(args, env: dict[str, str], servers: dict, run_index: int) -> dict:
     from django.db import connections
 
     from broker.models import Delivery
-    from broker.scenario import load_scenario
+    from demo.scenario import load_scenario
 
     connections.close_all()
     fresh_database(env)

@@ -15,8 +15,8 @@ from django.utils import timezone
 from broker.audit import Actor
 from broker.dispatch.delivery import insert_deliveries, lock_leaf
 from broker.models import AttributeValue, Client, Delivery, Event
-from broker.scenario import SEND_TEMPLATES
 from broker.services.events import publish_event
+from demo.scenario import SEND_TEMPLATES
 
 State = Delivery.State
 # The event page's event: the worm alert to the Northwest (a quarter of the fleet),
@@ -38,7 +38,7 @@ BENCH = Actor("system", "bench")
 
 
 def template(slug: str):
-    """One of the send page's templates (broker.scenario.SEND_TEMPLATES)."""
+    """One of the send page's templates (demo.scenario.SEND_TEMPLATES)."""
     return next(t for t in SEND_TEMPLATES if t.slug == slug)
 
 

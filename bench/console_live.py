@@ -63,8 +63,8 @@ class LiveLatency:
 def measure_live(env: dict[str, str], log_path: Path, user, event) -> LiveLatency:
     """Acknowledge every delivery of `event` while a reader logged in as `user` watches
     its page through a Daphne started for this."""
-    from broker.announcements import ANNOUNCE_INTERVAL_S
     from broker.models import Delivery
+    from broker.push.to_consoles import ANNOUNCE_INTERVAL_S
 
     rows = Delivery.objects.filter(event=event).select_related("receiver").order_by("pk")
     deliveries = [(d.receiver, d.pk) for d in rows]
@@ -206,7 +206,7 @@ async def _announcement_latencies(socket) -> list[float]:
     """A bare announcement: group_send here to the socket's "changed", no throttling."""
     from channels.layers import get_channel_layer
 
-    from broker.announcements import MESSAGE_TYPE, console_group
+    from broker.push.to_consoles import MESSAGE_TYPE, console_group
 
     topic = f"event.{uuid.uuid4()}"  # a topic no one else announces
     await _watch(socket, [topic])

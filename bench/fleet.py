@@ -116,7 +116,7 @@ def publish_rounds(rounds: int, expected_alert: int, expected_command: int) -> N
 
 def push_baseline(rounds: int, client_ids: list[int]) -> None:
     """The floor: one message per agent straight through the channel layer."""
-    from broker.notify import Pushed, push
+    from broker.push.to_agents import Pushed, push
 
     for index in range(rounds):
         sent_at = time.time()
@@ -230,7 +230,7 @@ def run(args, env: dict[str, str]) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     django.setup()
     from broker.models import Client
-    from broker.scenario import load_scenario
+    from demo.scenario import load_scenario
 
     started = time.monotonic()
     load_scenario(servers=args.agents)

@@ -55,7 +55,7 @@ def relay_consumer_class():
     from broker.dispatch.consumer import HopConsumer
     from broker.dispatch.steps import DOWN, UP
     from broker.models import Client
-    from broker.notify import Pushed, push
+    from broker.push.to_agents import Pushed, push
 
     attached: dict[int, list[int]] = {}
     for client_id, leaf_id in Client.objects.values_list("id", "dispatcher_id"):

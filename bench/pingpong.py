@@ -220,7 +220,7 @@ class Experiment:
             self.results.lost_pongs += len(self.cast.pongers) - self.pongs_seen
 
     async def _reader(self, client) -> None:
-        from broker.notify import client_group
+        from broker.push.to_agents import client_group
 
         channel = await self.layer.new_channel()
         await self.layer.group_add(client_group(client.id), channel)

@@ -23,7 +23,7 @@ import duckdb
 
 from broker import audit as broker_audit
 from broker.models import Delivery
-from broker.progress import NO_REGION
+from broker.reads.progress import NO_REGION
 from broker.services.tree import MAX_DEPTH
 from reports.compaction import batches
 from reports.dataset import TABLES, Table

@@ -68,7 +68,7 @@ def start_fleet(
 
 
 def fleet_stats(stats_dir: str) -> list[dict]:
-    """What each fleet process wrote when it stopped (broker/fleet.py)."""
+    """What each fleet process wrote when it stopped (demo/simulator.py)."""
     return [json.loads(p.read_text()) for p in Path(stats_dir).glob("fleet-stats-*.json")]
 
 

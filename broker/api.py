@@ -29,11 +29,14 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer
 from pydantic import AwareDatetime, Field, StrictBool, StrictInt
 
-from broker import audit, selectors
+from broker import audit
 from broker.audit import Actor
 from broker.errors import AuthenticationFailed, BrokerError, InvalidInput, NotAuthorised, NotFound
 from broker.inputs import check_text, decode_json
 from broker.models import Authority, Client, ClientModel
+from broker.reads.clients import clients_with_attributes
+from broker.reads.events import event_status as status_of_event
+from broker.reads.events import event_with_sender, preview_receivers, published_facts
 from broker.services import authorities, clients, events, operators
 from broker.services.clients import CLIENT_NAME
 
@@ -281,7 +284,7 @@ def publish(request: HttpRequest, payload: EventIn):
     event = events.publish_event(
         sender=request.auth, actor=Actor("client", request.auth.name), **fields
     )
-    return 201, selectors.published_facts(event)
+    return 201, published_facts(event)
 
 
 def _idempotency_key(request: HttpRequest, in_body: str | None) -> str | None:
@@ -304,9 +307,7 @@ def preview(request: HttpRequest, payload: PreviewIn):
     selector = events.check_event(
         sender=request.auth, content=payload.content, selector=payload.selector
     )
-    names = selectors.preview_receivers(
-        sender=request.auth, content=payload.content, selector=selector
-    )
+    names = preview_receivers(sender=request.auth, content=payload.content, selector=selector)
     return {"count": len(names), "receivers": names}
 
 
@@ -319,7 +320,7 @@ def preview(request: HttpRequest, payload: PreviewIn):
 def event_status(request: HttpRequest, event_id: UUID):
     """An event and what became of it at each receiver. Clients see their own events;
     operators need the permission to view deliveries."""
-    event = selectors.event_with_sender(event_id)
+    event = event_with_sender(event_id)
     if isinstance(request.auth, Client):
         if event is None or event.sender_id != request.auth.pk:
             raise NotFound(f"no event {event_id} sent by {request.auth.name}", field="event_id")
@@ -327,7 +328,7 @@ def event_status(request: HttpRequest, event_id: UUID):
         operator_with(request, "broker.view_delivery", "event.read", f"event:{event_id}")
         if event is None:
             raise NotFound(f"no event {event_id}", field="event_id")
-    return selectors.event_status(event)
+    return status_of_event(event)
 
 
 # Clients --------------------------------------------------------------------------------
@@ -376,7 +377,7 @@ def list_clients(
     query = Client.objects.order_by("name")
     if model:
         query = query.filter(model__name=model)
-    return selectors.clients_with_attributes(query, offset=offset, limit=limit)
+    return clients_with_attributes(query, offset=offset, limit=limit)
 
 
 @api.post(

@@ -5,7 +5,7 @@ has been checked; after that the connection joins the channel-layer group of tha
 client, and only that one, so it receives exactly that client's deliveries.
 
 Live pushes reach the socket through the process's local fan-out
-(broker.channel_layer): one task writes a push to all of the process's sockets, no
+(broker.push.layer): one task writes a push to all of the process's sockets, no
 consumer is woken for it. They are held while a replay is being sent, so that a
 replay is never interleaved with live notifications.
 """
@@ -34,10 +34,10 @@ from broker import protocol
 from broker.audit import Actor
 from broker.errors import AuthenticationFailed, BrokerError, InvalidInput
 from broker.group_commit import GroupCommit
-from broker.notify import MESSAGE_TYPE as PUSH_TYPE
-from broker.notify import client_group
 from broker.protocol import Request
-from broker.selectors import deliveries_to_replay, last_position_of
+from broker.push.to_agents import MESSAGE_TYPE as PUSH_TYPE
+from broker.push.to_agents import client_group
+from broker.reads.deliveries import deliveries_to_replay, last_position_of
 from broker.services import agents, presence
 from broker.services.deliveries import (
     Answer,

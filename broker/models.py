@@ -222,7 +222,7 @@ class AttributeValue(models.Model):
 
 class AttributeHistory(models.Model):
     """Every value a client's attribute took, and when it was renewed or revoked: what
-    "its attributes as they were" at a past moment reads (broker.selectors.attributes_as_of).
+    "its attributes as they were" at a past moment reads (broker.reads.history.attributes_as_of).
 
     Written only by a trigger on AttributeValue (migration 0010), never by Python: the
     services, the bulk COPY loader and anything written later all change values, and a
@@ -275,7 +275,7 @@ class AgentPresence(models.Model):
 
     `sessions` counts open sockets (an agent may hold several with its tokens). A web
     process that is killed never closes its sessions, so the count alone does not say
-    "connected": broker.selectors.is_connected also wants a recent `last_seen_at`.
+    "connected": broker.reads.presence.is_connected also wants a recent `last_seen_at`.
     """
 
     client = models.OneToOneField(
@@ -528,7 +528,7 @@ class AuditEntry(models.Model):
         ordering = ["-at", "-id"]
         verbose_name_plural = "audit entries"
         # The audit log page filters by each of these and shows the newest first, a
-        # page at a time from where the last one ended (broker.audit_log).
+        # page at a time from where the last one ended (broker.reads.audit).
         indexes = [
             models.Index(fields=["-at", "-id"], name="audit_newest"),
             models.Index(fields=["actor", "-at", "-id"], name="audit_by_actor"),

@@ -15,7 +15,7 @@ from django.shortcuts import render
 
 from broker import audit
 from broker.audit import Actor
-from console.roles import role_needed_for
+from broker.roles import role_needed_for
 
 View = Callable[..., HttpResponse]
 

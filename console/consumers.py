@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from broker.announcements import EVENTS, FLEET, REPORTS, TREE, console_group
-from console.roles import READ
+from broker.push.to_consoles import EVENTS, FLEET, REPORTS, TREE, console_group
+from broker.roles import READ
 
 # Close code for an unauthenticated socket (4000-4999 are free for applications).
 CLOSE_UNAUTHENTICATED = 4401
@@ -32,7 +32,7 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
     `ping`: echo the server's time by way of the Redis channel layer. The reply is not
     written straight back: it is sent to this consumer's own channel and only written
     when it comes back, so every echo proves the channel layer works end to end.
-    `watch`: join the groups of the topics a page shows (broker.announcements); each
+    `watch`: join the groups of the topics a page shows (broker.push.to_consoles); each
     announcement is passed on as `{"type": "changed", "topic": ...}`.
     """
 

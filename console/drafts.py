@@ -12,8 +12,8 @@ from django.http import QueryDict
 
 from broker.errors import InvalidInput, NotFound
 from broker.models import Client
-from broker.selectors import event_vocabulary
 from broker.services.sending import Draft
+from broker.vocabulary import event_vocabulary
 
 JSON_MODE = "json"
 TRUE_WORDS = {"true": True, "false": False}

@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "console",
     "broker",
     "reports",
+    "demo",
 ]
 
 MIDDLEWARE = [
@@ -111,7 +112,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 # Who may send as which sender client is kept in django-guardian's object permission
-# rows (broker.selectors.granted_sender_ids); its backend answers has_perm(perm, obj)
+# rows (broker.reads.sending.granted_sender_ids); its backend answers has_perm(perm, obj)
 # for the admin and integrations. The console has no anonymous user.
 AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
@@ -161,13 +162,13 @@ PUSH_LOG_KEY = env_str("PUSH_LOG_KEY", "")
 CHANNEL_LAYERS = {
     "default": {
         # channels_redis' layer, plus one message per process for a many-receiver push.
-        "BACKEND": "broker.channel_layer.FanoutRedisChannelLayer",
+        "BACKEND": "broker.push.layer.FanoutRedisChannelLayer",
         "CONFIG": {
             # redis-py 8 reads with a 5 s socket timeout by default, which is exactly how
             # long the layer's BZPOPMIN waits on an idle channel: every idle consumer
             # would die of a read timeout. The layer bounds its own waits.
             # A pool of this many connections per process; callers beyond it wait
-            # (broker.channel_layer) rather than fail.
+            # (broker.push.layer) rather than fail.
             "hosts": [{"address": CHANNEL_LAYER_URL, "socket_timeout": 30, "max_connections": 200}],
             "prefix": "sn-channels",
             # Messages wait per *process* (every consumer of a Daphne process shares one
@@ -269,7 +270,7 @@ AGENT_HEARTBEAT_S = env_int("AGENT_HEARTBEAT_S", 10, minimum=1)
 AGENT_REDELIVER_AFTER_S = env_int("AGENT_REDELIVER_AFTER_S", 5, minimum=1)
 # A session's "last seen" is written at most this often (a fleet of 100,000 heartbeating
 # every AGENT_HEARTBEAT_S would otherwise write thousands of rows a second); a client
-# not seen for three times this long counts as disconnected (broker.selectors).
+# not seen for three times this long counts as disconnected (broker.reads.presence).
 # A send from the console that would reach more receivers than this asks the operator
 # to type the count before it goes.
 SEND_CONFIRM_ABOVE = env_int("SEND_CONFIRM_ABOVE", 25, minimum=0)

@@ -42,6 +42,6 @@ def sync_roles_after_migrating(sender, **kwargs) -> None:
     exist (the same signal creates them, app by app; reports is the last of the two in
     INSTALLED_APPS)."""
     if sender.name == "reports":
-        from console.roles import sync_roles
+        from broker.roles import sync_roles
 
         sync_roles()

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 
 from console.env import ConfigurationError, env_int
-from launcher.demo_settings import default_data_dir, demo_keys_file, write_demo_settings
+from demo.data_folder import default_data_dir, demo_keys_file, write_demo_settings
 from launcher.embedded import EmbeddedPostgres, EmbeddedRedis
 from launcher.supervisor import Supervisor, listening_socket, say
 from reports import QUEUE as REPORTS_QUEUE

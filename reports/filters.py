@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 
-from broker.audit_log import parse_moment
 from broker.errors import InvalidInput
+from broker.reads.audit import parse_moment
 from reports.results import Params
 
 # The windows offered as one click, ending now (to the minute).

@@ -15,9 +15,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from broker import announcements, audit
+from broker import audit
 from broker.audit import Actor
 from broker.errors import InvalidInput
+from broker.push import to_consoles
 from reports.jobs import KINDS
 from reports.models import ReportRow, ReportRun
 from reports.results import Params, Result
@@ -111,7 +112,7 @@ def _enqueue(run_id: int) -> None:
     from reports.tasks import run_report
 
     run_report.apply_async((run_id,), queue=settings.REPORTS_QUEUE)
-    announcements.report_changed(run_id)
+    to_consoles.report_changed(run_id)
 
 
 def record_export(*, actor: Actor, run: ReportRun, section: str, file_format: str = "csv") -> None:
@@ -145,7 +146,7 @@ def claim_run(run_id: int) -> ReportRun | None:
         run.started_at = run.heartbeat_at = now
         run.stage, run.progress = "starting", 0.0
         run.save(update_fields=["state", "started_at", "heartbeat_at", "stage", "progress"])
-    announcements.report_changed(run_id)
+    to_consoles.report_changed(run_id)
     return run
 
 
@@ -155,7 +156,7 @@ def record_progress(*, run_id: int, stage: str, fraction: float) -> None:
         stage=stage[:200], progress=min(max(fraction, 0.0), 1.0), heartbeat_at=timezone.now()
     )
     if updated:
-        announcements.report_changed(run_id)
+        to_consoles.report_changed(run_id)
 
 
 def store_result(
@@ -181,7 +182,7 @@ def store_result(
             spark_startup_s=timings.get("startup"),
             job_s=timings.get("job"),
         )
-    announcements.report_changed(run_id)
+    to_consoles.report_changed(run_id)
 
 
 def fail_run(*, run_id: int, error: str) -> None:
@@ -189,7 +190,7 @@ def fail_run(*, run_id: int, error: str) -> None:
     ReportRun.objects.filter(pk=run_id).exclude(state=ReportRun.State.DONE).update(
         state=ReportRun.State.FAILED, error=error[:20_000], finished_at=timezone.now()
     )
-    announcements.report_changed(run_id)
+    to_consoles.report_changed(run_id)
 
 
 def sweep_stalled_runs() -> int:

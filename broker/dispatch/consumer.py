@@ -26,11 +26,12 @@ from collections import defaultdict
 from django.conf import settings
 from django.db import close_old_connections, connection, connections
 
-from broker import announcements
 from broker.dispatch import state as dispatch_state
 from broker.dispatch import steps, traffic, transport
-from broker.dispatch.events import from_wire
+from broker.dispatch.routed import from_wire
 from broker.dispatch.transport import Entry, RouteHop
+from broker.push import to_consoles
+from broker.vocabulary import routed_selector
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class HopConsumer:
         _count(pipeline, hops, len(rows), statements.count)
         pipeline.execute()
         if rows:
-            announcements.tree_changed()
+            to_consoles.tree_changed()
         return len(rows)
 
     def _claim_stale(self) -> list[Entry]:
@@ -144,9 +145,7 @@ def _routed(hops: list[RouteHop]) -> list[tuple]:
         log.warning("hops for dispatcher %s dropped: it no longer exists", first.dispatcher_id)
         return []
     events = [
-        from_wire(wire, dispatch_state.typed_selector(wire["selector"]))
-        for hop in hops
-        for wire in hop.events
+        from_wire(wire, routed_selector(wire["selector"])) for hop in hops for wire in hop.events
     ]
     return steps.route(
         first.dispatcher_id, events, direction=first.direction, came_from=first.came_from

@@ -16,20 +16,21 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from broker import announcements, audit, notify
+from broker import audit
 from broker.audit import Actor
-from broker.dispatch.events import (
+from broker.dispatch.routed import (
     RoutedEvent,
     live_events,
     live_events_after,
     live_selectors,
-    parsed_selector,
 )
 from broker.dispatch.state import LEAF_LOCK_NAMESPACE, Before, LeafState
 from broker.models import Delivery
-from broker.notify import Pushed
 from broker.prepared import prepared_cursor
-from broker.selectors import client_names, vocabulary
+from broker.push import to_agents, to_consoles
+from broker.push.to_agents import Pushed
+from broker.reads.clients import client_names
+from broker.vocabulary import stored_selector, vocabulary
 
 
 def lock_leaf(dispatcher_id: int) -> None:
@@ -127,7 +128,7 @@ def _verdicts_may_have_turned(state: LeafState, changes, texts) -> list[int]:
     them as they were): giving them those early only wrote rows the hops then skipped,
     up to 600 at a time in the 50-ponger ping-pong, whose pongers state their load."""
     words = vocabulary()
-    selectors = [s for s in (parsed_selector(t, words) for t in texts) if s is not None]
+    selectors = [s for s in (stored_selector(t, words) for t in texts) if s is not None]
     turned = []
     for receiver in sorted(r for r in changes if r in state.matcher):
         before = changes[receiver]
@@ -145,7 +146,7 @@ def _addressed(state: LeafState, receivers: list[int], texts) -> dict[str, set[i
     words = vocabulary()
     addressed = {}
     for text in texts:
-        selector = parsed_selector(text, words)
+        selector = stored_selector(text, words)
         chosen = {
             r
             for r in receivers
@@ -426,9 +427,9 @@ def _insert(rows: list[tuple[Delivery, int]]) -> tuple[list[Pushed], dict[tuple,
     pushed.sort(key=lambda p: (p.receiver_id, p.position))
     # robust: a push that fails (Redis down) is logged, not raised after the commit;
     # the agents are sent what they miss when they confirm (docs/protocol.md).
-    transaction.on_commit(lambda: notify.push(pushed), robust=True)
+    transaction.on_commit(lambda: to_agents.push(pushed), robust=True)
     events = {p.event_id for p in pushed}
-    transaction.on_commit(lambda: announcements.events_changed(events), robust=True)
+    transaction.on_commit(lambda: to_consoles.events_changed(events), robust=True)
     return pushed, behind
 
 

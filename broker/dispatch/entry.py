@@ -19,12 +19,12 @@ from functools import partial
 from django.db import connection, transaction
 from django.utils import timezone
 
-from broker import announcements
 from broker.dispatch import transport, wakeups
-from broker.dispatch.events import wire_of_model
+from broker.dispatch.routed import wire_of_model
 from broker.dispatch.steps import UP
 from broker.dispatch.transport import RouteHop
 from broker.models import Client, ClientChange, Event
+from broker.push import to_consoles
 
 log = logging.getLogger(__name__)
 
@@ -97,5 +97,5 @@ def clients_changed(clients: Iterable[Client]) -> int:
     for dispatcher_id in set(dispatcher_ids):
         transaction.on_commit(lambda d=dispatcher_id: wakeups.wake(wakeups.CHANGES, d), robust=True)
     # The consoles watching the fleet or these clients refresh, after commit.
-    transaction.on_commit(partial(announcements.clients_changed, client_ids), robust=True)
+    transaction.on_commit(partial(to_consoles.clients_changed, client_ids), robust=True)
     return len(attached)

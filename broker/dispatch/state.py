@@ -25,15 +25,10 @@ from broker.models import (
     DispatcherSummary,
 )
 from broker.prepared import plan_once, prepared_cursor
-from broker.selectors import attributes_by_client, newest_policies, vocabulary
-from broker.vocabulary import Vocabulary
-from policies import Matcher, Policy, PolicySyntaxError, Selector
-
-# How long a process routes with what it read of the vocabulary and of the summaries
-# without asking PostgreSQL again: this keeps inner dispatchers off the database. A
-# summary that grew is in force everywhere after this long, and the parent resends
-# what it may have missed once more after it (steps.refresh_summary).
-FRESH_FOR_S = 0.5
+from broker.reads.clients import attributes_by_client
+from broker.reads.policies import newest_policies
+from broker.vocabulary import FRESH_FOR_S, Vocabulary, vocabulary
+from policies import Matcher, Policy
 
 log = logging.getLogger(__name__)
 
@@ -261,28 +256,6 @@ def forget_leaf(dispatcher_id: int) -> None:
     """Drop a leaf's state after a failed transaction: memory must not run ahead of
     the database, so the next use rebuilds it (and catches every receiver up)."""
     _leaves.pop(dispatcher_id, None)
-
-
-_words: tuple[float, Vocabulary] | None = None
-
-
-def routing_vocabulary(*, fresh: bool = False) -> Vocabulary:
-    """The vocabulary as read at most FRESH_FOR_S ago (or now, if `fresh`)."""
-    global _words
-    if fresh or _words is None or time.monotonic() - _words[0] > FRESH_FOR_S:
-        _words = (time.monotonic(), vocabulary())
-    return _words[1]
-
-
-def typed_selector(text: str) -> Selector | None:
-    """An event's stored selector typed for routing; None if it has none. A name the
-    cached vocabulary does not know yet is looked up again before giving up."""
-    if not text:
-        return None
-    try:
-        return routing_vocabulary().selector(text)
-    except PolicySyntaxError:
-        return routing_vocabulary(fresh=True).stored_selector(text)
 
 
 _summaries: dict[int, tuple[int, Vocabulary, Summary]] = {}

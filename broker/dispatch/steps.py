@@ -24,11 +24,10 @@ from broker import audit
 from broker.dispatch import state as dispatch_state
 from broker.dispatch import transport, wakeups
 from broker.dispatch.delivery import deliver_late, deliver_routed
-from broker.dispatch.events import (
+from broker.dispatch.routed import (
     RoutedEvent,
     live_events,
     live_selectors,
-    parsed_selector,
     recent_policy_inputs,
     wire_of,
 )
@@ -36,13 +35,14 @@ from broker.dispatch.summary import Summary
 from broker.dispatch.transport import RouteHop
 from broker.models import DispatcherSummary, Event, SummaryVersion, TrafficRecord
 from broker.prepared import prepared_cursor
-from broker.selectors import client_names, vocabulary
+from broker.reads.clients import client_names
+from broker.vocabulary import FRESH_FOR_S, stored_selector, vocabulary
 
 UP = TrafficRecord.Direction.UP
 DOWN = TrafficRecord.Direction.DOWN
-# Processes route with summaries read at most state.FRESH_FOR_S ago: after this, a
-# grown summary is in force in every one of them.
-SUMMARY_IN_FORCE_AFTER_S = dispatch_state.FRESH_FOR_S + 0.5
+# Processes route with summaries read at most FRESH_FOR_S ago: after this, a grown summary
+# is in force in every one of them.
+SUMMARY_IN_FORCE_AFTER_S = FRESH_FOR_S + 0.5
 
 
 @dataclass(frozen=True)
@@ -286,7 +286,7 @@ def _selectors_the_growth_concerns(before: Summary | None, after: Summary, texts
     policies_grew = before is None or not before.accepts_all_of(after)
     concerned = []
     for text in texts:
-        selector = parsed_selector(text, words)
+        selector = stored_selector(text, words)
         if after.may_select(selector) and (policies_grew or not before.may_select(selector)):
             concerned.append(text)
     return concerned

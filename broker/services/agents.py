@@ -15,11 +15,7 @@ from broker import audit, protocol
 from broker.audit import Actor
 from broker.errors import InvalidInput
 from broker.models import Client
-from broker.selectors import (
-    deliveries_to_replay,
-    last_position_of,
-    position_after_delivery,
-)
+from broker.reads.deliveries import deliveries_to_replay, last_position_of, position_after_delivery
 from broker.services.clients import authenticate_client, state_attributes
 from broker.services.events import publish_event
 from broker.services.policies import set_policy

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from broker import audit
 from broker.audit import Actor
-from broker.audit_log import AuditQuery
 from broker.models import AuditEntry
+from broker.reads.audit import AuditQuery
 
 EXPORT_TARGET = "audit-log"
 

@@ -19,7 +19,7 @@ from broker.credentials import key_digest, new_secret
 from broker.dispatch import entry
 from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
 from broker.models import AttestationGrant, AttributeValue, Authority, Client, ModelAttribute
-from broker.selectors import declared_types
+from broker.reads.clients import declared_types
 
 
 def create_authority(

@@ -12,7 +12,7 @@ from django.contrib.auth.hashers import check_password
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from broker import audit, notify
+from broker import audit
 from broker.attribute_store import printable, write_values
 from broker.attributes import check_values
 from broker.audit import Actor
@@ -21,7 +21,8 @@ from broker.dispatch import entry
 from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
 from broker.models import AttributeValue, Client, ClientModel, ClientToken, ModelAttribute
 from broker.prepared import prepared_cursor
-from broker.selectors import declared_types, live_token_ids_sql
+from broker.push import to_agents
+from broker.reads.clients import declared_types, live_token_ids_sql
 from broker.services.tree import attach_to_leaf
 from policies import AttributeType
 
@@ -240,7 +241,7 @@ def revoke_tokens(*, client: Client, actor: Actor) -> int:
         # Connected sessions end too: a revoked token must not keep a socket open.
         # robust: if Redis is down the revocation still stands (and is answered); the
         # failure is logged.
-        transaction.on_commit(lambda: notify.end_sessions(client.pk), robust=True)
+        transaction.on_commit(lambda: to_agents.end_sessions(client.pk), robust=True)
     return count
 
 
@@ -258,7 +259,7 @@ def revoke_tokens_of(*, clients: list[Client], actor: Actor) -> int:
             target=f"clients:{len(ids)}",
             details={"revoked": count, "clients": audit.listed([c.name for c in clients])},
         )
-        transaction.on_commit(lambda: notify.end_sessions_of(ids), robust=True)
+        transaction.on_commit(lambda: to_agents.end_sessions_of(ids), robust=True)
     return count
 
 
@@ -278,7 +279,7 @@ def set_clients_active(*, clients: list[Client], active: bool, actor: Actor) -> 
         entry.clients_changed(changing)
         if not active:
             ids = [client.pk for client in changing]
-            transaction.on_commit(lambda: notify.end_sessions_of(ids), robust=True)
+            transaction.on_commit(lambda: to_agents.end_sessions_of(ids), robust=True)
     return len(changing)
 
 

@@ -10,13 +10,14 @@ from typing import Any
 from django.db import connection, transaction
 from psycopg.types.json import Jsonb
 
-from broker import announcements, audit
+from broker import audit
 from broker.audit import Actor
 from broker.credentials import key_digest
 from broker.errors import BrokerError, InvalidInput, NotFound
 from broker.models import AuditEntry, Client, Delivery, ReceiverStream
 from broker.prepared import prepared_cursor
-from broker.selectors import live_token_ids_sql
+from broker.push import to_consoles
+from broker.reads.clients import live_token_ids_sql
 
 MAX_RESULT_BYTES = 16 * 1024
 MAX_ID = 2**63 - 1  # PostgreSQL's bigint
@@ -97,7 +98,7 @@ def _answer_outcome(
     except BrokerError as error:
         return error
     if answered:
-        transaction.on_commit(lambda: announcements.events_changed([event_id]), robust=True)
+        transaction.on_commit(lambda: to_consoles.events_changed([event_id]), robust=True)
     return None
 
 
@@ -173,7 +174,7 @@ def _checked_ack(delivery_id: Any, status: Any, result: Any) -> str:
 class Confirmation:
     """A client's agent has every delivery up to `position` (its stream's numbering).
     With a session's `token`, it counts only while the token still lets the client in
-    (selectors.live_tokens)."""
+    (broker.reads.clients.live_tokens)."""
 
     client: Client
     position: Any
@@ -251,7 +252,7 @@ def _outcome(
             confirmation, f"position {position} is beyond this client's last delivery ({last})"
         )
     if events:
-        transaction.on_commit(lambda: announcements.events_changed(events), robust=True)
+        transaction.on_commit(lambda: to_consoles.events_changed(events), robust=True)
     confirmed = max(confirmed, position)
     return ReceiverStream(
         client=confirmation.client, last_position=last, confirmed_position=confirmed
@@ -339,5 +340,5 @@ def expire_unconfirmed() -> int:
         events = {row[0] for row in cursor.fetchall()}
         expired = cursor.rowcount
     if events:
-        transaction.on_commit(lambda: announcements.events_changed(events), robust=True)
+        transaction.on_commit(lambda: to_consoles.events_changed(events), robust=True)
     return expired

@@ -10,7 +10,7 @@ from broker.audit import Actor
 from broker.dispatch import entry
 from broker.errors import InvalidInput, NotAuthorised, PolicyRejected
 from broker.models import Client, PolicyVersion
-from broker.selectors import vocabulary
+from broker.vocabulary import vocabulary
 from policies import PolicySyntaxError
 
 MAX_POLICY_LENGTH = 20_000

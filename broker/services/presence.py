@@ -1,6 +1,6 @@
 """Recording agents' sessions: how many a client has open, since when, and when it was
 last seen (broker.models.AgentPresence). The agent socket calls these; the console
-reads the rows through broker.selectors (`is_connected`, `last_seen_bucket`).
+reads the rows through broker.reads.presence (`is_connected`, `last_seen_bucket`).
 
 Each function is one statement (an upsert), so concurrent sessions of one client, in
 any web process, never lose a count. They are not audited: they observe sessions and
@@ -13,10 +13,10 @@ from datetime import timedelta
 
 from django.conf import settings
 
-from broker import announcements
 from broker.models import AgentPresence
 from broker.prepared import prepared_cursor
-from broker.selectors import presence_window
+from broker.push import to_consoles
+from broker.reads.presence import presence_window
 
 PEER_LENGTH = AgentPresence._meta.get_field("last_peer").max_length
 TABLE = AgentPresence._meta.db_table
@@ -68,13 +68,13 @@ WHERE p.last_seen_at < now() - %(refresh)s
 def session_opened(*, client_id: int, peer: str) -> None:
     """A session of the client logged in from `peer` (host:port)."""
     _execute(OPENED, client=client_id, peer=peer[:PEER_LENGTH], window=presence_window())
-    announcements.clients_changed([client_id])
+    to_consoles.clients_changed([client_id])
 
 
 def session_closed(*, client_id: int) -> None:
     """A logged-in session of the client ended; the count never goes below 0."""
     _execute(CLOSED, client=client_id)
-    announcements.clients_changed([client_id])
+    to_consoles.clients_changed([client_id])
 
 
 def seen(*, client_id: int) -> bool:

@@ -20,9 +20,10 @@ from broker import audit
 from broker.audit import Actor
 from broker.errors import BrokerError, InvalidInput, NotAuthorised
 from broker.models import Client, Event
-from broker.progress import UNANSWERED_STATES
-from broker.reach import Reach, reach_of
-from broker.selectors import SEND, SEND_AS, granted_sender_ids, send_as_permission
+from broker.reads.progress import UNANSWERED_STATES
+from broker.reads.reach import Reach, reach_of
+from broker.reads.sending import granted_sender_ids, send_as_permission
+from broker.roles import SEND, SEND_AS
 from broker.services.events import check_event, publish_event
 
 
@@ -173,7 +174,7 @@ def withdraw_sending(*, client: Client, holder: AbstractBaseUser | Group, actor:
 
 def _grant(holder: AbstractBaseUser | Group, client: Client) -> dict:
     """The guardian row of `holder` sending as `client`, by the permission's natural key
-    (see selectors.send_as_permission)."""
+    (see broker.reads.sending.send_as_permission)."""
     permission = send_as_permission()
     kind = "group" if isinstance(holder, Group) else "user"
     return {

@@ -31,14 +31,8 @@ from broker.dispatch import entry
 from broker.errors import InvalidInput, NotAuthorised
 from broker.inputs import check_decoded, check_text
 from broker.models import AttributeValue, Authority, Client
-from broker.selectors import (
-    capabilities_by_model,
-    declared_types_by_model,
-    granted_client_ids,
-    live_values_of,
-    model_names,
-    values_attested_by,
-)
+from broker.reads.clients import declared_types_by_model, live_values_of, model_names
+from broker.reads.trust import capabilities_by_model, granted_client_ids, values_attested_by
 from broker.services.authorities import check_expiry
 
 ATTEST, RENEW, REVOKE = "attest", "renew", "revoke"

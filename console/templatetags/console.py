@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from django import template
 from django.urls import NoReverseMatch, reverse
 
-from broker.audit_log import AuditQuery
+from broker.reads.audit import AuditQuery
 
 register = template.Library()
 
@@ -60,7 +60,7 @@ def literal(value) -> str:
 
 @register.filter
 def width_of(tally, part: str) -> str:
-    """A part of a tally (broker.progress.Tally) as a CSS width: "12.50"."""
+    """A part of a tally (broker.reads.progress.Tally) as a CSS width: "12.50"."""
     return f"{tally.percent(part):.2f}"
 
 

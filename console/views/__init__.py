@@ -1,2 +1,2 @@
 """The operators' pages, one module per area. Views stay thin: reads come from
-selectors (broker.selectors, broker.search), writes from broker.services."""
+broker.reads (and reports.reads), writes from broker.services."""

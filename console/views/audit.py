@@ -16,11 +16,11 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from broker.audit_log import OUTCOMES, AuditQuery, audit_page, export_batches
 from broker.errors import InvalidInput
+from broker.reads.audit import OUTCOMES, AuditQuery, audit_page, export_batches
+from broker.roles import READ_AUDIT
 from broker.services.audit_exports import record_export
 from console.access import actor_of, requires
-from console.roles import READ_AUDIT
 
 TEMPLATE = "console/audit.html"
 FILTERS_FORM = "audit-filters"  # the form's id: its own requests need no fresh copy
@@ -95,7 +95,7 @@ async def csv_chunks_async(query: AuditQuery) -> AsyncIterator[str]:
 
 
 def csv_rows(batch: list, zone: tzinfo) -> list[list[str]]:
-    """Exported rows (broker.audit_log.EXPORTED) as CSV cells: the time in ISO 8601
+    """Exported rows (broker.reads.audit.EXPORTED) as CSV cells: the time in ISO 8601
     in `zone`, the details as JSON text."""
     return [
         [row.at.astimezone(zone).isoformat(), *map(safe_cell, (row.actor, row.action,

@@ -12,19 +12,24 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from broker import selectors
 from broker.errors import BrokerError
 from broker.models import Client
-from broker.progress import recent_events
+from broker.reads.clients import attribute_provenance, client_named
+from broker.reads.deliveries import delivery_states, recent_deliveries, stream_of
+from broker.reads.events import event_with_sender
+from broker.reads.history import policy_history
+from broker.reads.presence import is_connected, presence_of
+from broker.reads.progress import recent_events
+from broker.reads.sending import sending_candidates, sending_holder, sending_holders
+from broker.roles import DELEGATE_SENDING, MANAGE_CLIENTS, READ
 from broker.services import clients as client_services
 from broker.services.sending import grant_sending, withdraw_sending
 from console.access import actor_of, requires
 from console.diffs import policy_diff
-from console.roles import DELEGATE_SENDING, MANAGE_CLIENTS, READ
 
 
 def _client_or_404(name: str) -> Client:
-    client = selectors.client_named(name)
+    client = client_named(name)
     if client is None:
         raise Http404(f"no client named {name!r}")
     return client
@@ -39,20 +44,20 @@ def client_page(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def _page_context(request: HttpRequest, client: Client) -> dict:
-    versions = selectors.policy_history(client)
-    presence = selectors.presence_of(client)
+    versions = policy_history(client)
+    presence = presence_of(client)
     return {
         "presence": presence,
-        "connected": selectors.is_connected(presence, timezone.now()),
+        "connected": is_connected(presence, timezone.now()),
         "client": client,
         "declared": list(client.model.attributes.order_by("name")),
-        "values": selectors.attribute_provenance(client),
+        "values": attribute_provenance(client),
         "versions": versions,
         "diff": _chosen_diff(versions, request.GET.get("diff", "")),
         "tokens": list(client.tokens.order_by("-created_at")[:50]),
         "grants": list(client.grants.select_related("authority").order_by("-created_at")),
-        "deliveries": selectors.recent_deliveries(client),
-        "stream": selectors.stream_of(client),
+        "deliveries": recent_deliveries(client),
+        "stream": stream_of(client),
         **_sending_context(client),
         **_newest_events(client),
     }
@@ -64,7 +69,7 @@ NEWEST_EVENTS = 10
 def _newest_events(client: Client) -> dict:
     """The newest events, whoever they were for, and which of them the client got."""
     events = list(recent_events()[:NEWEST_EVENTS])
-    got = selectors.delivery_states(client, events)
+    got = delivery_states(client, events)
     return {"newest_events": [(event, got.get(event.pk)) for event in events]}
 
 
@@ -78,7 +83,7 @@ def why_form(request: HttpRequest, name: str) -> HttpResponse:
     event_id = _uuid(given)
     if event_id is None:
         return _why_refused(request, client, given, f"{_shown(given)} is not an event id.", 400)
-    if selectors.event_with_sender(event_id) is None:
+    if event_with_sender(event_id) is None:
         return _why_refused(request, client, given, f"There is no event {event_id}.", 404)
     url = reverse("event-why", args=[event_id, client.name])
     return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
@@ -111,8 +116,8 @@ def _sending_context(client: Client) -> dict:
     if not client.can_send:
         return {}
     return {
-        "holders": selectors.sending_holders(client),
-        "candidates": selectors.sending_candidates(),
+        "holders": sending_holders(client),
+        "candidates": sending_candidates(),
     }
 
 
@@ -122,7 +127,7 @@ def sending(request: HttpRequest, name: str) -> HttpResponse:
     """Let a user or a role send as this client, or stop them (audited)."""
     client = _client_or_404(name)
     change = {"grant": grant_sending, "withdraw": withdraw_sending}.get(request.POST.get("do"))
-    holder = selectors.sending_holder(request.POST.get("holder", ""))
+    holder = sending_holder(request.POST.get("holder", ""))
     if change is None or holder is None:
         problem = "Say what to do (grant or withdraw) and for whom: group:NAME or user:NAME."
         context = {"client": client, "problem": problem, **_sending_context(client)}

@@ -10,9 +10,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from broker.models import Event
-from broker.progress import event_progress, failed, recent_events, unanswered, with_counts
+from broker.reads.progress import event_progress, failed, recent_events, unanswered, with_counts
+from broker.roles import READ
 from console.access import requires
-from console.roles import READ
 
 EVENTS_PER_PAGE = 50
 

@@ -6,13 +6,13 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
-from broker.directory import fresh_directory
 from broker.models import Client
-from broker.search import CONNECTED, NOT_CONNECTED, FleetQuery, matching_ids, search_fleet
-from broker.selectors import LAST_SEEN_BUCKETS
+from broker.reads.directory import fresh_directory
+from broker.reads.presence import LAST_SEEN_BUCKETS
+from broker.reads.search import CONNECTED, NOT_CONNECTED, FleetQuery, matching_ids, search_fleet
+from broker.roles import MANAGE_CLIENTS, READ
 from broker.services import clients as client_services
 from console.access import actor_of, requires
-from console.roles import MANAGE_CLIENTS, READ
 from policies import PolicySyntaxError
 
 BULK_ACTIONS = {

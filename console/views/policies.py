@@ -12,13 +12,14 @@ from django.views.decorators.http import require_GET, require_POST
 
 from broker.errors import BrokerError
 from broker.models import Client
-from broker.preview import current_policy_groups, policy_effect
-from broker.search import receivers_chosen
-from broker.selectors import current_policy, vocabulary
+from broker.reads.policies import current_policy
+from broker.reads.policy_effect import current_policy_groups, policy_effect
+from broker.reads.search import receivers_chosen
+from broker.roles import AUTHOR_POLICIES, READ
 from broker.services.policies import MAX_POLICY_LENGTH, set_policies
+from broker.vocabulary import vocabulary
 from console.access import actor_of, requires
 from console.diffs import policy_diff
-from console.roles import AUTHOR_POLICIES, READ
 from policies import PolicySyntaxError
 
 TEMPLATE = "console/policy_editor.html"

@@ -18,10 +18,10 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from broker import audit
 from broker.errors import InvalidInput
+from broker.roles import READ_AUDIT, READ_REPORTS, RUN_REPORTS
 from console.access import actor_of, refuse, requires
-from console.roles import READ_AUDIT, READ_REPORTS, RUN_REPORTS
 from console.views.audit import safe_cell
-from reports import selectors, services
+from reports import reads, services
 from reports.filters import DEFAULT_PRESET, PRESETS, parse_filters, preset_window, query_of
 from reports.jobs import KINDS, job
 from reports.models import ReportRun
@@ -80,7 +80,7 @@ ABOUT = {
 def report_index(request: HttpRequest) -> HttpResponse:
     """The five reports, each with its newest run's state and how fresh its data is;
     for htmx (as runs move on, topic `reports`), just the table."""
-    newest = selectors.newest_runs()
+    newest = reads.newest_runs()
     reports = [
         {
             "kind": kind,
@@ -124,7 +124,7 @@ def run_report(request: HttpRequest, kind: str) -> HttpResponse:
     actor = actor_of(request)
     try:
         with audit.refusals_recorded(actor=actor, action="report.run", target="reports"):
-            params = parse_filters(request.POST, regions=selectors.regions(kind))
+            params = parse_filters(request.POST, regions=reads.regions(kind))
         services.request_run(kind=kind, params=params, actor=actor)
     except InvalidInput as problem:
         if request.htmx:
@@ -187,9 +187,9 @@ def _shown_params(request: HttpRequest, kind: str) -> Params:
     """The filters the query states; with none, those of the newest run (or the
     default window, when there is no run yet)."""
     if not any(name in request.GET for name in ("from", "to", "region")):
-        newest = selectors.newest_run(kind)
+        newest = reads.newest_run(kind)
         return services.params_of(newest) if newest else preset_window(DEFAULT_PRESET)
-    return parse_filters(request.GET, regions=selectors.regions(kind))
+    return parse_filters(request.GET, regions=reads.regions(kind))
 
 
 def _page(request, kind, params, *, problem=None, status=200, typed=None) -> HttpResponse:
@@ -198,7 +198,7 @@ def _page(request, kind, params, *, problem=None, status=200, typed=None) -> Htt
         "label": ReportRun.Kind(kind).label,
         "about": ABOUT[kind],
         "presets": PRESETS,
-        "regions": selectors.regions(kind),
+        "regions": reads.regions(kind),
         "problem": problem,
         "filters": typed if typed is not None else (query_of(params) if params else request.GET),
         "live_target": LIVE_TARGET,
@@ -226,13 +226,13 @@ def _template_for(request: HttpRequest, context: dict) -> str:
 def _runs_context(request: HttpRequest, kind: str, params: Params) -> dict:
     """The newest run with these filters (its progress or error, when it has no
     results), and the newest one with results: its figures, charts and tables."""
-    latest = selectors.newest_run(kind, params)
+    latest = reads.newest_run(kind, params)
     done = latest if latest and latest.state == ReportRun.State.DONE else None
     if done is None and latest is not None:
-        done = selectors.newest_done_run(kind, params)
+        done = reads.newest_done_run(kind, params)
     context = {"latest": latest, "run": done, "query": page_query(params)}
     if latest is not None and latest.state == ReportRun.State.QUEUED:
-        context["ahead"] = selectors.runs_ahead_of(latest)
+        context["ahead"] = reads.runs_ahead_of(latest)
     if done is not None:
         context.update(_results_context(request, done))
     return context
@@ -240,9 +240,9 @@ def _runs_context(request: HttpRequest, kind: str, params: Params) -> dict:
 
 def _results_context(request: HttpRequest, run: ReportRun) -> dict:
     sections = job(run.kind).SECTIONS
-    counts = selectors.row_counts(run)
+    counts = reads.row_counts(run)
     tables = [
-        selectors.section_page(run, name, section, _section_query(request, name))
+        reads.section_page(run, name, section, _section_query(request, name))
         for name, section in sections.items()
     ]
     return {
@@ -259,10 +259,10 @@ def _seconds_between(earlier, later) -> float | None:
     return (later - earlier).total_seconds() if earlier and later else None
 
 
-def _section_query(request: HttpRequest, name: str) -> selectors.SectionQuery:
+def _section_query(request: HttpRequest, name: str) -> reads.SectionQuery:
     page = request.GET.get(f"{name}-page", "1")
     number = int(page) if page.isascii() and page.isdigit() and len(page) < 7 else 1
-    return selectors.SectionQuery(sort=request.GET.get(f"{name}-sort", "")[:64], page=number)
+    return reads.SectionQuery(sort=request.GET.get(f"{name}-sort", "")[:64], page=number)
 
 
 def _chart_data(run: ReportRun, sections: dict[str, Section]) -> dict:
@@ -276,7 +276,7 @@ def _chart_data(run: ReportRun, sections: dict[str, Section]) -> dict:
             name: {
                 "label": section.label,
                 "fields": [{"name": f.name, "type": f.type} for f in section.fields],
-                "rows": selectors.chart_rows(run, name),
+                "rows": reads.chart_rows(run, name),
             }
             for name, section in sections.items()
             if name in CHART_SECTIONS[run.kind]
@@ -289,7 +289,7 @@ def csv_chunks(run: ReportRun, name: str, section: Section) -> Iterator[str]:
     job wrote them (times ISO 8601, UTC), cells formula-safe."""
     names = section.field_names
     yield _csv_text([names])
-    for batch in selectors.export_batches(run, name):
+    for batch in reads.export_batches(run, name):
         yield _csv_text([[_cell(data.get(field)) for field in names] for data in batch])
 
 

@@ -14,12 +14,13 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from broker.errors import BrokerError, NotAuthorised
 from broker.models import Event
-from broker.scenario import SEND_TEMPLATES
-from broker.selectors import event_vocabulary, senders_for
+from broker.reads.sending import senders_for
+from broker.roles import SEND
 from broker.services.sending import ConfirmationNeeded, preview_send, resend_unanswered, send_as
+from broker.vocabulary import event_vocabulary
 from console.access import requires
 from console.drafts import draft_from
-from console.roles import SEND
+from demo.scenario import SEND_TEMPLATES
 
 TEMPLATE = "console/send.html"
 LIFETIMES = ((60, "1 minute"), (300, "5 minutes"), (600, "10 minutes"), (3600, "1 hour"))

@@ -6,9 +6,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from broker.tree_metrics import DEEP_INBOX, MANY_WASTED, WASTED_SHARE, tree_figures
+from broker.reads.tree import DEEP_INBOX, MANY_WASTED, WASTED_SHARE, tree_figures
+from broker.roles import READ
 from console.access import requires
-from console.roles import READ
 
 
 @require_GET

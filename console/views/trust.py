@@ -14,12 +14,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from broker.errors import BrokerError
 from broker.models import Authority, Client
-from broker.search import receivers_chosen
-from broker.selectors import authorities_overview
+from broker.reads.search import receivers_chosen
+from broker.reads.trust import authorities_overview
+from broker.roles import ATTEST, MANAGE_AUTHORITIES, READ
 from broker.services import authorities as authority_services
 from broker.services import trust
 from console.access import actor_of, requires
-from console.roles import ATTEST, MANAGE_AUTHORITIES, READ
 from policies import PolicySyntaxError
 
 TEMPLATE = "console/trust.html"

@@ -9,10 +9,11 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_GET
 
-from broker import selectors
-from broker.why import why
+from broker.reads.clients import client_named
+from broker.reads.events import event_with_sender
+from broker.reads.why import why
+from broker.roles import READ
 from console.access import requires
-from console.roles import READ
 
 
 @require_GET
@@ -20,8 +21,8 @@ from console.roles import READ
 def why_page(request: HttpRequest, event_id: UUID, name: str) -> HttpResponse:
     """The selector, the policy (sender and content clauses) and the route, with the
     values as they were; a 404 that says which of the two is unknown."""
-    event = selectors.event_with_sender(event_id)
-    client = selectors.client_named(name)
+    event = event_with_sender(event_id)
+    client = client_named(name)
     if event is None or client is None:
         missing = f"no event {event_id}" if event is None else f"no client named {name!r}"
         return render(request, "console/why.html", {"missing": missing}, status=404)

@@ -1,5 +1,5 @@
 """What several report jobs read the same way: the events of a window, the receivers of
-a region, deliveries' states in the event page's words (broker.progress), times as ISO
+a region, deliveries' states in the event page's words (broker.reads.progress), times as ISO
 8601 text, and small results as JSON-ready rows.
 
 Everything here is a Spark DataFrame operation; only `rows` collects, and only what a
@@ -12,12 +12,12 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from broker.models import Delivery
-from broker.progress import NO_REGION, UNANSWERED_STATES
+from broker.reads.progress import NO_REGION, UNANSWERED_STATES
 from reports.results import Params
 from reports.spark import Dataset
 
 State = Delivery.State
-# The event page's words for a delivery's state (broker.progress.Tally): `received`
+# The event page's words for a delivery's state (broker.reads.progress.Tally): `received`
 # means the agent has it (answered or not); `no answer` is still waiting (recorded or
 # received, not answered, not expired); `expired` never reached its agent.
 RECEIVED_STATES = (State.DELIVERED, State.ACKED, State.FAILED)

@@ -1,6 +1,6 @@
 """Reach and containment per command: how many receivers each event of the window
 targeted, how many got it, answered ok, failed, have not answered, or expired without
-getting it (the event page's counts, broker.progress); how long until 50, 90 and 99 %
+getting it (the event page's counts, broker.reads.progress); how long until 50, 90 and 99 %
 of those targeted had acknowledged ok; the same per region; and who never answered.
 
 Times to acknowledge are order statistics: the k-th acknowledgement of an event, for
@@ -169,7 +169,7 @@ def _summary(by_event: DataFrame, params: Params) -> dict:
         F.count(F.lit(1)).alias("events"), *(F.sum(name).alias(name) for name in COUNT_NAMES)
     ).first()
     summary = {name: int(totals[name] or 0) for name in ("events", *COUNT_NAMES)}
-    # Every receiver a resend would go to (broker.progress.UNANSWERED_STATES).
+    # Every receiver a resend would go to (broker.reads.progress.UNANSWERED_STATES).
     summary["never_answered"] = summary["no_answer"] + summary["expired"]
     summary["rows_limit"] = MAX_ROWS
     summary["region"] = params.region

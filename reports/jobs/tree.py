@@ -4,7 +4,7 @@ and how long a hop takes.
 
 Traffic is read from the hops (one row per event per dispatcher it passed, written by
 the dispatcher once it had processed the event) whose time is in the window, with the
-console's tree page's definitions (broker.tree_metrics): `routed` counts the hops,
+console's tree page's definitions (broker.reads.tree): `routed` counts the hops,
 `forwards` the children they were sent down to, `wasted` the events that came down into
 the dispatcher and went nowhere, `deliveries` the deliveries made (at leaves); a
 dispatcher is flagged when its wasted forwards are many (tree_metrics.is_wasteful).
@@ -34,7 +34,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from broker.tree_metrics import coagulation_loss, is_coagulated, is_wasteful
+from broker.reads.tree import coagulation_loss, is_coagulated, is_wasteful
 from reports.results import Field, Params, Result, Section
 from reports.spark import Dataset
 

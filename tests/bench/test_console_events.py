@@ -14,8 +14,8 @@ from bench.console_events import (
     state_by_share,
 )
 from broker.models import Delivery, ReceiverStream
-from broker.progress import event_progress
-from broker.scenario import load_scenario
+from broker.reads.progress import event_progress
+from demo.scenario import load_scenario
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 State = Delivery.State

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from broker.dispatch import entry
-from broker.scenario import load_scenario
 from broker.services.clients import issue_token
+from demo.scenario import load_scenario
 from tests.broker.agent_helpers import ISSUER
 from tests.broker.tree_helpers import wait_until_idle
 

@@ -23,11 +23,11 @@ from broker.models import (
     TrafficRecord,
     TrafficWatermark,
 )
-from broker.scenario import load_scenario
 from broker.services.clients import issue_token
 from broker.services.events import publish_event
 from broker.services.operators import issue_operator_token
 from broker.services.presence import session_opened
+from demo.scenario import load_scenario
 from tests.broker.agent_helpers import ISSUER
 
 pytestmark = pytest.mark.django_db

@@ -23,8 +23,8 @@ from websockets.protocol import State
 from websockets.sync.client import connect
 
 from broker.protocol import CLIENT_TYPES, MAX_FRAME_BYTES
-from broker.scenario import load_scenario
 from broker.services.clients import issue_token
+from demo.scenario import load_scenario
 from tests.broker.agent_helpers import ISSUER, agent_url
 from tests.broker.tree_helpers import wait_until_idle
 

@@ -1,5 +1,5 @@
 """Announcements to the consoles are best effort and never hold up the change
-(broker.announcements)."""
+(broker.push.to_consoles)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import logging
 import threading
 
-from broker import announcements
+from broker.push import to_consoles
 from tests.broker.agent_helpers import wait_for
 
 
@@ -19,8 +19,8 @@ def test_an_announcement_does_not_wait_for_its_sending(monkeypatch):
         while not release.is_set():  # held until the test has its answer
             await asyncio.sleep(0.01)
 
-    monkeypatch.setattr(announcements, "_group_sends", slow_sends)
-    announcements.clients_changed([999_001])  # returns with the sends still held
+    monkeypatch.setattr(to_consoles, "_group_sends", slow_sends)
+    to_consoles.clients_changed([999_001])  # returns with the sends still held
     assert started.wait(10) and not release.is_set()
     release.set()
 
@@ -29,9 +29,9 @@ def test_an_announcement_that_fails_is_logged_not_raised(monkeypatch, caplog):
     async def failing_sends(topics):
         raise ConnectionError("Redis is down")
 
-    monkeypatch.setattr(announcements, "_group_sends", failing_sends)
-    with caplog.at_level(logging.WARNING, logger="broker.announcements"):
-        announcements.clients_changed([999_002])
+    monkeypatch.setattr(to_consoles, "_group_sends", failing_sends)
+    with caplog.at_level(logging.WARNING, logger="broker.push.to_consoles"):
+        to_consoles.clients_changed([999_002])
         wait_for(lambda: "could not announce" in caplog.text, "the failure is logged", 10)
     assert "client.999002" in caplog.text and "Redis is down" in caplog.text
 
@@ -45,8 +45,8 @@ def test_announcements_go_on_after_a_failure(monkeypatch):
             raise ConnectionError("Redis is down")
         sent.extend(topics)
 
-    monkeypatch.setattr(announcements, "_group_sends", fail_once)
-    announcements.clients_changed([999_003])
+    monkeypatch.setattr(to_consoles, "_group_sends", fail_once)
+    to_consoles.clients_changed([999_003])
     wait_for(lambda: len(sent) == 1, "the first send failed", 10)
-    announcements.clients_changed([999_004])
+    to_consoles.clients_changed([999_004])
     wait_for(lambda: "client.999004" in sent, "the next one is sent", 10)

@@ -11,7 +11,6 @@ from django.utils import timezone
 
 from broker.dispatch.state import LeafState
 from broker.models import ClientChange, Delivery, Event
-from broker.scenario import load_scenario
 from broker.services.authorities import (
     announce_expirations_since_last_run,
     announce_expired_attestations,
@@ -19,6 +18,7 @@ from broker.services.authorities import (
     revoke_attestation,
 )
 from broker.services.events import publish_event
+from demo.scenario import load_scenario
 from tests.broker.tree_helpers import wait_until_idle
 
 pytestmark = [

@@ -9,12 +9,12 @@ from django.utils import timezone
 
 from broker.audit import Actor
 from broker.models import AttributeHistory, AttributeValue, Client
-from broker.scenario import bulk_add_web_servers, load_scenario
-from broker.selectors import attributes_as_of, policy_as_of
+from broker.reads.history import attributes_as_of, policy_as_of
 from broker.services.authorities import attest_attributes, revoke_attestation
 from broker.services.clients import state_attributes
 from broker.services.policies import set_policy
 from broker.services.trust import renew_for_clients, revoke_for_clients
+from demo.scenario import bulk_add_web_servers, load_scenario
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 OFFICER = Actor("user", "trudy")

@@ -9,12 +9,12 @@ from broker import audit
 from broker.audit import Actor, record_refusal
 from broker.errors import BrokerError, InvalidInput
 from broker.models import AuditEntry
-from broker.scenario import load_scenario
 from broker.services.authorities import attest_attributes
 from broker.services.clients import log_in_client, state_attributes
 from broker.services.events import publish_event
 from broker.services.sending import Draft, send_as
 from broker.services.trust import attest_for_clients
+from demo.scenario import load_scenario
 from tests.cast import OPERATOR, create_member
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])

@@ -8,8 +8,7 @@ from django.utils import timezone
 from broker.audit import Actor
 from broker.errors import NotAuthorised
 from broker.models import AuditEntry
-from broker.scenario import CONTROLLER_ATTRIBUTES, WEB_SERVER_ATTRIBUTES
-from broker.selectors import attested_attributes, current_attributes
+from broker.reads.clients import attested_attributes, current_attributes
 from broker.services.authorities import (
     attest_attributes,
     create_authority,
@@ -17,6 +16,7 @@ from broker.services.authorities import (
     revoke_grants,
 )
 from broker.services.clients import create_client_model, register_client
+from demo.scenario import CONTROLLER_ATTRIBUTES, WEB_SERVER_ATTRIBUTES
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 SETUP = Actor("user", "adam")

@@ -11,7 +11,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from broker.channel_layer import ChannelFullError, FanoutRedisChannelLayer
+from broker.push.layer import ChannelFullError, FanoutRedisChannelLayer
 
 
 def test_each_member_reads_its_own_groups_payload_from_one_shared_message():

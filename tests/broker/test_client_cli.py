@@ -12,8 +12,8 @@ import time
 import pytest
 
 from broker.models import Delivery
-from broker.scenario import load_scenario
 from broker.services.clients import issue_token
+from demo.scenario import load_scenario
 from tests.broker.agent_helpers import ISSUER, agent_url, wait_for
 from tests.broker.tree_helpers import wait_until_idle
 

@@ -5,8 +5,7 @@ import pytest
 from broker.audit import Actor
 from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
 from broker.models import AuditEntry, ClientModel, ClientToken
-from broker.scenario import WEB_SERVER_ATTRIBUTES
-from broker.selectors import current_attributes
+from broker.reads.clients import current_attributes
 from broker.services.clients import (
     AttributeSpec,
     authenticate_client,
@@ -18,6 +17,7 @@ from broker.services.clients import (
     set_clients_active,
     state_attributes,
 )
+from demo.scenario import WEB_SERVER_ATTRIBUTES
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 OPERATOR = Actor("user", "olivia")

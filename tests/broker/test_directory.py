@@ -2,7 +2,6 @@
 
 import pytest
 
-from broker.directory import fresh_directory
 from broker.models import (
     AttestationGrant,
     AttributeValue,
@@ -12,7 +11,8 @@ from broker.models import (
     EventAttribute,
     PolicyVersion,
 )
-from broker.scenario import load_scenario
+from broker.reads.directory import fresh_directory
+from demo.scenario import load_scenario
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 

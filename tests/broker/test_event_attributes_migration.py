@@ -10,8 +10,8 @@ from django.apps import apps
 import broker.migrations
 from broker.audit import Actor
 from broker.models import EventAttribute, PolicyVersion
-from broker.scenario import WEB_SERVER_ATTRIBUTES
 from broker.services.clients import create_client_model, register_client
+from demo.scenario import WEB_SERVER_ATTRIBUTES
 
 pytestmark = pytest.mark.django_db
 SETUP = Actor("system", "test")

@@ -14,7 +14,7 @@ from django.utils import timezone
 from broker.dispatch import traffic, transport
 from broker.dispatch.transport import RouteHop
 from broker.models import Dispatcher, Event, TrafficRecord, TrafficWatermark
-from broker.scenario import load_scenario
+from demo.scenario import load_scenario
 
 # A queue no worker serves: these tests play the consumers themselves.
 QUEUE = "dispatcher.test-unserved"

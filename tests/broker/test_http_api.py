@@ -10,10 +10,10 @@ import pytest
 from django.conf import settings
 
 from broker.models import AuditEntry
-from broker.scenario import load_scenario
-from broker.selectors import current_attributes
+from broker.reads.clients import current_attributes
 from broker.services.clients import issue_token
 from broker.services.operators import issue_operator_token
+from demo.scenario import load_scenario
 from tests.broker.agent_helpers import ISSUER
 from tests.broker.failing_database import inserts_refused
 from tests.broker.tree_helpers import wait_until_idle

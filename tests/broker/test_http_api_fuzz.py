@@ -28,9 +28,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from broker.scenario import load_scenario
 from broker.services.clients import issue_token
 from broker.services.operators import issue_operator_token
+from demo.scenario import load_scenario
 from tests.broker.agent_helpers import ISSUER
 from tests.broker.tree_helpers import wait_until_idle
 from tests.cast import ADMINISTRATOR, create_member

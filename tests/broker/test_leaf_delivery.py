@@ -7,20 +7,22 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from broker import audit, notify
+from broker import audit
 from broker.audit import Actor
 from broker.dispatch import delivery
 from broker.dispatch import state as dispatch_state
 from broker.dispatch.entry import clients_changed
-from broker.dispatch.events import live_events
+from broker.dispatch.routed import live_events
 from broker.dispatch.steps import DOWN, apply_client_changes, recompute_summaries, route
 from broker.dispatch.summary import Summary
 from broker.models import AuditEntry, Client, Delivery, DispatcherSummary
-from broker.scenario import OVERLOADED, REGIONS, load_scenario
-from broker.selectors import current_attributes, vocabulary
+from broker.push import to_agents
+from broker.reads.clients import current_attributes
 from broker.services.clients import state_attributes
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
+from broker.vocabulary import vocabulary
+from demo.scenario import OVERLOADED, REGIONS, load_scenario
 from tests.broker.agent_helpers import ISSUER
 from tests.broker.tree_helpers import events_read_through
 
@@ -232,7 +234,7 @@ def test_a_hop_outside_a_transaction_pushes_under_the_leafs_lock_and_then_releas
     arrive(leaf, [])
     lock_free_at_push = []
     monkeypatch.setattr(
-        notify, "push", lambda pushed: lock_free_at_push.append(_leaf_lock_free(leaf))
+        to_agents, "push", lambda pushed: lock_free_at_push.append(_leaf_lock_free(leaf))
     )
     with CaptureQueriesContext(connection) as queries:
         route_down(leaf, events[:2])

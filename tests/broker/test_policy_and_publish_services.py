@@ -10,10 +10,10 @@ from broker.audit import Actor
 from broker.dispatch.consumer import StatementCounter
 from broker.errors import InvalidInput, NotAuthorised, PolicyRejected
 from broker.models import AttributeValue, AuditEntry, Event, EventAttribute
-from broker.scenario import WEB_SERVER_POLICY, load_scenario
 from broker.services import events
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
+from demo.scenario import WEB_SERVER_POLICY, load_scenario
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from broker.models import Client
 from broker.prepared import plan_once, prepared_cursor
-from broker.selectors import LAST_POSITION, last_position_of
+from broker.reads.deliveries import LAST_POSITION, last_position_of
 from tests.conftest import ROOT, environment_for_test_database
 
 pytestmark = pytest.mark.django_db
@@ -101,7 +101,7 @@ def test_inside_a_transaction_plan_once_changes_nothing():
 COUNT_PREPARED = """
 from django.db import connection
 from broker.models import Client
-from broker.selectors import last_position_of
+from broker.reads.deliveries import last_position_of
 last_position_of(Client(pk=1))
 with connection.cursor() as cursor:
     cursor.execute("SELECT count(*) FROM pg_prepared_statements")

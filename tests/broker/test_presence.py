@@ -15,7 +15,7 @@ from websockets.sync.client import connect
 from broker import protocol
 from broker.errors import InvalidInput
 from broker.models import AgentPresence, Client
-from broker.selectors import (
+from broker.reads.presence import (
     LAST_SEEN_BUCKETS,
     connected_q,
     is_connected,

@@ -7,9 +7,10 @@ import pytest
 from django.utils import timezone
 
 from broker.models import Client, Delivery, Event
-from broker.scenario import load_scenario
-from broker.selectors import clients_with_attributes, current_attributes, event_status
+from broker.reads.clients import clients_with_attributes, current_attributes
+from broker.reads.events import event_status
 from broker.services.events import publish_event
+from demo.scenario import load_scenario
 from tests.broker.agent_helpers import ISSUER
 
 pytestmark = pytest.mark.django_db

@@ -8,9 +8,9 @@ from broker.dispatch import steps
 from broker.dispatch.summary import Summary
 from broker.dispatch.transport import RouteHop
 from broker.models import Dispatcher
-from broker.scenario import WEB_SERVER_POLICY, load_scenario
-from broker.selectors import vocabulary
 from broker.services.events import publish_event
+from broker.vocabulary import vocabulary
+from demo.scenario import WEB_SERVER_POLICY, load_scenario
 from tests.broker.agent_helpers import ISSUER
 from tests.broker.tree_helpers import events_read_through
 

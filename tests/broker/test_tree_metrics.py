@@ -19,11 +19,11 @@ from broker.models import (
     Event,
     TrafficRecord,
 )
-from broker.scenario import load_scenario
-from broker.selectors import vocabulary
+from broker.reads.tree import WINDOW, DispatcherFigures, Traffic, tree_figures
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
-from broker.tree_metrics import WINDOW, DispatcherFigures, Traffic, tree_figures
+from broker.vocabulary import vocabulary
+from demo.scenario import load_scenario
 from tests.broker.tree_helpers import held_hops, release, wait_until_idle
 
 pytestmark = [

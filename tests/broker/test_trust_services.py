@@ -14,8 +14,8 @@ from broker.credentials import key_digest
 from broker.dispatch import entry
 from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
 from broker.models import AttestationGrant, AuditEntry, Client, ClientChange, ModelAttribute
-from broker.scenario import load_scenario
-from broker.selectors import attested_attributes, clients_granting
+from broker.reads.clients import attested_attributes
+from broker.reads.trust import clients_granting
 from broker.services.authorities import (
     authenticate_authority,
     grant_authority,
@@ -31,6 +31,7 @@ from broker.services.trust import (
     renew_for_clients,
     revoke_for_clients,
 )
+from demo.scenario import load_scenario
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 OFFICER = Actor("user", "trudy")

@@ -5,9 +5,9 @@ import pytest
 
 from broker.audit import Actor
 from broker.models import Delivery
-from broker.scenario import load_scenario
 from broker.services.clients import state_attributes
 from broker.services.events import publish_event
+from demo.scenario import load_scenario
 from tests.broker.tree_helpers import wait_until_idle
 
 pytestmark = [

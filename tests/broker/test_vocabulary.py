@@ -6,11 +6,18 @@ import logging
 import pytest
 
 from broker.audit import Actor
-from broker.scenario import load_scenario
-from broker.selectors import vocabulary
+from broker.errors import InvalidInput
+from broker.models import Client
 from broker.services.clients import AttributeSpec, create_client_model, register_client
 from broker.services.event_attributes import EventAttributeSpec, declare_event_attributes
-from broker.vocabulary import Vocabulary
+from broker.services.events import publish_event
+from broker.vocabulary import (
+    Vocabulary,
+    refused_only_if_current,
+    stamped_vocabulary,
+    vocabulary,
+)
+from demo.scenario import WORM_ALERT, bulk_add_web_servers, load_scenario
 from policies import AttributeType, PolicyTypeError, Version
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
@@ -79,3 +86,39 @@ def test_a_stored_text_that_no_longer_type_checks_is_logged_and_matches_nothing(
     assert len(caplog.records) == 2
     with pytest.raises(PolicyTypeError):
         words.policy("accept event.severity >= 4")
+
+
+def test_a_process_that_read_the_vocabulary_before_a_bulk_load_publishes_to_what_it_loaded():
+    # A fresh database: the web servers' model is declared, but no client receives yet,
+    # so this process's vocabulary has no receiver attribute at all.
+    load_scenario(servers=0)
+    assert vocabulary().receiver == {}
+    bulk_add_web_servers(4)  # COPY, behind the services' back
+    event = publish_event(
+        sender=Client.objects.get(name="northwest-controller"),
+        content=WORM_ALERT,
+        selector='region == "Northwest"',
+    )
+    assert event.selector == 'region == "Northwest"'
+
+
+def test_a_refusal_under_the_current_vocabulary_stands_without_a_second_check(scenario):
+    stamp, words = stamped_vocabulary()
+    checked = []
+
+    def refuse(words):
+        checked.append(words)
+        raise InvalidInput("no")
+
+    with pytest.raises(InvalidInput):
+        refused_only_if_current(refuse, stamp, words)
+    assert checked == [words]
+
+
+def test_a_refusal_under_a_vocabulary_that_moved_is_checked_again_under_the_new_one(scenario):
+    stamp, words = stamped_vocabulary()
+    declare_event_attributes(attributes=[EventAttributeSpec("urgent", "bool")], actor=SETUP)
+    policy, _, current = refused_only_if_current(
+        lambda w: w.policy("accept event.urgent"), stamp, words
+    )
+    assert current is not words and policy.accepts({}, {"urgent": True})

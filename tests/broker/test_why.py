@@ -6,11 +6,11 @@ import pytest
 
 from broker.audit import Actor
 from broker.models import Client, Event
-from broker.scenario import load_scenario
+from broker.reads.why import why
 from broker.services.authorities import attest_attributes
 from broker.services.clients import state_attributes
 from broker.services.events import publish_event
-from broker.why import why
+from demo.scenario import load_scenario
 from tests.broker.tree_helpers import wait_until_idle
 
 pytestmark = [

@@ -4,10 +4,10 @@ import pytest
 
 from broker.audit import Actor
 from broker.models import AuditEntry, Client, Delivery, Event
-from broker.scenario import OVERLOADED, VULNERABLE, WORM_ALERT, load_scenario
-from broker.selectors import current_attributes
+from broker.reads.clients import current_attributes
 from broker.services.clients import state_attributes
 from broker.services.events import publish_event
+from demo.scenario import OVERLOADED, VULNERABLE, WORM_ALERT, load_scenario
 from tests.broker.tree_helpers import wait_until_idle
 from tests.broker.tree_oracle import matching, receiver_states
 
@@ -108,7 +108,7 @@ def test_a_connected_receiver_is_pushed_its_delivery_through_the_channel_layer(s
     from asgiref.sync import async_to_sync
     from channels.layers import get_channel_layer
 
-    from broker.notify import client_group
+    from broker.push.to_agents import client_group
 
     layer = get_channel_layer()
     server = next(s for s in scenario.servers if current_attributes(s)["region"] == "Northwest")

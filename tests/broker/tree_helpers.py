@@ -9,8 +9,8 @@ from django.conf import settings
 from broker.dispatch import transport
 from broker.dispatch.backlog import pending_tree_work
 from broker.dispatch.entry import send_unrouted_events
-from broker.dispatch.events import wire_of_model
 from broker.dispatch.queues import dispatcher_queues
+from broker.dispatch.routed import wire_of_model
 from broker.models import Dispatcher, Event
 
 IDLE_CHECKS = 3

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from broker.models import Client, Delivery, Event
-from broker.selectors import current_attributes, current_policy, vocabulary
+from broker.reads.clients import current_attributes
+from broker.reads.policies import current_policy
+from broker.vocabulary import vocabulary
 
 
 def receiver_states() -> dict[int, tuple[dict, object]]:

@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from broker.models import AttributeValue, AuditEntry, PolicyVersion
-from broker.scenario import WEB_SERVER_POLICY, load_scenario
+from demo.scenario import WEB_SERVER_POLICY, load_scenario
 from tests.browser.conftest import log_in, shot
 from tests.cast import AUDITOR, POLICY_AUTHOR, TRUST_OFFICER, create_member
 

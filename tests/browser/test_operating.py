@@ -18,10 +18,10 @@ from playwright.sync_api import expect
 
 from broker.audit import Actor
 from broker.models import AttributeValue, Client, Delivery, Event
-from broker.scenario import load_scenario
+from broker.roles import OPERATOR as OPERATOR_ROLE
 from broker.services.clients import state_attributes
 from broker.services.sending import grant_sending
-from console.roles import OPERATOR as OPERATOR_ROLE
+from demo.scenario import load_scenario
 from tests.broker.agent_helpers import agent_url, wait_for
 from tests.broker.tree_helpers import wait_until_idle
 from tests.browser.conftest import log_in, shot

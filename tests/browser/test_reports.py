@@ -21,7 +21,7 @@ from broker.models import AuditEntry, Delivery, Dispatcher, Event
 from console.views.reports import page_query
 from reports.jobs import job
 from reports.models import ReportRun
-from reports.selectors import UNFINISHED
+from reports.reads import UNFINISHED
 from tests.browser.conftest import element_shot, log_in, shot
 from tests.cast import AUDITOR, create_member
 from tests.reports.incident import Incident, play_incident

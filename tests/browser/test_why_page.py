@@ -7,8 +7,8 @@ import pytest
 from playwright.sync_api import expect
 
 from broker.models import Event
-from broker.scenario import load_scenario
 from broker.services.events import publish_event
+from demo.scenario import load_scenario
 from tests.broker.tree_helpers import wait_until_idle
 from tests.browser.conftest import ARTIFACTS, log_in
 from tests.cast import AUDITOR, create_member

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.directory import forget_directory
+from broker.reads.directory import forget_directory
 from tests.cast import AUDITOR, OPERATOR, POLICY_AUTHOR, TRUST_OFFICER, create_member
 
 

@@ -5,8 +5,8 @@ from django.urls import reverse
 
 from broker.audit import Actor
 from broker.models import ClientToken
-from broker.scenario import load_scenario
 from broker.services.policies import set_policy
+from demo.scenario import load_scenario
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 

@@ -67,8 +67,8 @@ def test_a_socket_from_a_foreign_origin_is_refused(asgi_server, client, operator
 
 def test_a_watched_client_is_announced_when_an_officer_changes_it(asgi_server, client, operator):
     from broker.audit import Actor
-    from broker.scenario import load_scenario
     from broker.services.clients import state_attributes
+    from demo.scenario import load_scenario
 
     server = load_scenario(servers=1).servers[0]
     headers = {"Cookie": logged_in_cookie(client, operator), "Origin": asgi_server}

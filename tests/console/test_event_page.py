@@ -8,13 +8,13 @@ from channels.layers import get_channel_layer
 from django.contrib.auth.models import Group
 from django.urls import reverse
 
-from broker.announcements import console_group, event_topic
 from broker.audit import Actor
 from broker.models import AuditEntry, Delivery, Event
-from broker.scenario import VULNERABLE, load_scenario
+from broker.push.to_consoles import console_group, event_topic
+from broker.roles import OPERATOR
 from broker.services.deliveries import acknowledge_delivery
 from broker.services.sending import Draft, grant_sending, send_as
-from console.roles import OPERATOR
+from demo.scenario import VULNERABLE, load_scenario
 from tests.broker.tree_helpers import wait_until_idle
 from tests.cast import OPERATOR as OLIVIA
 from tests.cast import create_member

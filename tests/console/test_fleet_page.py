@@ -5,8 +5,8 @@ from django.urls import reverse
 
 from broker.audit import SYSTEM
 from broker.models import AuditEntry, Client, ClientToken
-from broker.scenario import load_scenario
 from broker.services.clients import issue_token
+from demo.scenario import load_scenario
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 

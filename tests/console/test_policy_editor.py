@@ -5,8 +5,8 @@ from django.urls import reverse
 
 from broker.audit import Actor
 from broker.models import AuditEntry, PolicyVersion
-from broker.scenario import WEB_SERVER_POLICY, load_scenario
 from broker.services.events import publish_event
+from demo.scenario import WEB_SERVER_POLICY, load_scenario
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 

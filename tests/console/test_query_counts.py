@@ -5,8 +5,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from broker.audit import Actor
-from broker.scenario import bulk_add_web_servers, load_scenario
 from broker.services.events import publish_event
+from demo.scenario import bulk_add_web_servers, load_scenario
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"], transaction=True)
 

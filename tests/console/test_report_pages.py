@@ -189,7 +189,7 @@ def test_a_run_for_one_region_keeps_it(as_operator, region_northwest):
 @pytest.fixture
 def region_northwest():
     """One server in the Northwest, so that the region can be chosen."""
-    from broker.scenario import load_scenario
+    from demo.scenario import load_scenario
 
     load_scenario(servers=2)
 

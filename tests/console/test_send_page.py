@@ -6,10 +6,10 @@ from django.urls import reverse
 
 from broker.audit import Actor
 from broker.models import AuditEntry, Event
-from broker.scenario import OVERLOADED, VULNERABLE, WORM_ALERT, load_scenario
+from broker.roles import OPERATOR
 from broker.services.policies import set_policy
 from broker.services.sending import grant_sending
-from console.roles import OPERATOR
+from demo.scenario import OVERLOADED, VULNERABLE, WORM_ALERT, load_scenario
 from tests.cast import OPERATOR as OLIVIA_MEMBER
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])

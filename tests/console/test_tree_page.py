@@ -8,8 +8,8 @@ from django.urls import reverse
 from websockets.sync.client import connect
 
 from broker.models import AuditEntry, Client, Delivery, Dispatcher, Event, TrafficRecord
-from broker.scenario import load_scenario
 from broker.services.events import publish_event
+from demo.scenario import load_scenario
 from tests.broker.tree_helpers import held_hops, release, wait_until_idle
 from tests.cast import Member
 from tests.console.conftest import logged_in

@@ -4,8 +4,8 @@ import pytest
 from django.urls import reverse
 
 from broker.models import AttributeValue, AuditEntry
-from broker.scenario import load_scenario
 from broker.services.authorities import authenticate_authority
+from demo.scenario import load_scenario
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 

@@ -3,8 +3,8 @@
 import pytest
 
 from broker.errors import InvalidInput
-from broker.scenario import load_scenario
 from broker.services.trust import plan_attestation
+from demo.scenario import load_scenario
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 

@@ -7,8 +7,8 @@ import pytest
 from django.urls import reverse
 
 from broker.models import AuditEntry, Event
-from broker.scenario import load_scenario
 from broker.services.events import publish_event
+from demo.scenario import load_scenario
 from tests.broker.tree_helpers import wait_until_idle
 from tests.cast import Member, create_member
 

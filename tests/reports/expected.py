@@ -45,7 +45,7 @@ def deliveries(params: Params) -> list[Delivery]:
 
 
 def tally(rows: list[Delivery]) -> dict:
-    """Counts as the event page makes them (broker.progress.Tally)."""
+    """Counts as the event page makes them (broker.reads.progress.Tally)."""
     states = [row.state for row in rows]
     return {
         "targeted": len(states),

@@ -20,13 +20,13 @@ from django.utils import timezone
 from broker.audit import Actor
 from broker.errors import BrokerError
 from broker.models import Client, Delivery, Event
-from broker.scenario import OVERLOADED, VULNERABLE, WORM_ALERT, Scenario, load_scenario
 from broker.services.authorities import attest_attributes, revoke_attestation
 from broker.services.clients import state_attributes
 from broker.services.deliveries import acknowledge_delivery, confirm_receipt, expire_unconfirmed
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
 from broker.services.sending import Draft, grant_sending, preview_send, send_as
+from demo.scenario import OVERLOADED, VULNERABLE, WORM_ALERT, Scenario, load_scenario
 from reports.export import export_changes
 from reports.results import Params
 from reports.spark import Dataset

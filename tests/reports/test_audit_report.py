@@ -18,11 +18,11 @@ from broker import audit
 from broker.audit import Actor
 from broker.errors import BrokerError
 from broker.models import AuditEntry, Client, Delivery, Event, PolicyVersion
-from broker.scenario import WORM_ALERT
-from broker.selectors import current_attributes
+from broker.reads.clients import current_attributes
 from broker.services.clients import state_attributes
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
+from demo.scenario import WORM_ALERT
 from reports.jobs import audit as audit_report
 from reports.results import Params
 from tests.broker.tree_helpers import wait_until_idle

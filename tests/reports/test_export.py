@@ -10,9 +10,9 @@ from django.db import connection
 
 from broker.audit import Actor
 from broker.models import AuditEntry, Delivery, Event
-from broker.scenario import WORM_ALERT, load_scenario
 from broker.services.deliveries import acknowledge_delivery, confirm_receipt
 from broker.services.events import publish_event
+from demo.scenario import WORM_ALERT, load_scenario
 from reports.export import export_changes, freshness
 from reports.models import ExportWatermark
 from tests.broker.tree_helpers import wait_until_idle

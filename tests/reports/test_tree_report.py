@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 
 from broker.models import Dispatcher, Event, TrafficRecord
-from broker.selectors import current_attributes
+from broker.reads.clients import current_attributes
 from reports.jobs import tree as tree_report
 from reports.results import Params
 from tests.reports.incident import READING_MARKS

@@ -1,0 +1,95 @@
+"""Reads of deliveries: a receiver's stream, its position in it and what it may be
+sent again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.utils import timezone
+
+from broker.models import (
+    Client,
+    Delivery,
+    Event,
+    ReceiverStream,
+)
+from broker.prepared import prepared_cursor
+from broker.push.to_agents import Pushed
+
+
+def deliveries_to_replay(
+    client: Client,
+    *,
+    after_position: int,
+    through: int,
+    unanswered_only: bool,
+    limit: int,
+) -> list[dict]:
+    """The client's deliveries of unexpired events at positions after `after_position`
+    up to `through`, in position order (its leaf commits them in that order, so channel
+    order holds in every stream); only those it has not answered if `unanswered_only`."""
+    query = Delivery.objects.filter(
+        receiver=client,
+        position__gt=after_position,
+        position__lte=through,
+        event__expires_at__gt=timezone.now(),
+    )
+    if unanswered_only:
+        query = query.filter(state__in=UNANSWERED)
+    rows = query.order_by("position").values(*REPLAY_FIELDS)[:limit]
+    return [_notification(client, row) for row in rows]
+
+
+UNANSWERED = (Delivery.State.PENDING, Delivery.State.DELIVERED)
+
+
+REPLAY_FIELDS = ("pk", "position", "event_id", "sender_id", "channel", "sequence", "event__content")
+
+
+def _notification(client: Client, row: dict) -> dict:
+    return Pushed(
+        delivery_id=row["pk"],
+        position=row["position"],
+        receiver_id=client.pk,
+        event_id=str(row["event_id"]),
+        sender_id=row["sender_id"],
+        channel=row["channel"],
+        sequence=row["sequence"],
+        content=row["event__content"],
+    ).as_message()
+
+
+def stream_of(client: Client) -> ReceiverStream:
+    """The client's delivery stream (positions 0/0 if it never had a delivery)."""
+    return ReceiverStream.objects.filter(client=client).first() or ReceiverStream(client=client)
+
+
+def last_position_of(client: Client) -> int:
+    """The last position of the client's stream (0 if it never had a delivery). Read
+    at every login, without the ORM's cost of compiling the query."""
+    with prepared_cursor() as cursor:
+        cursor.execute(LAST_POSITION, [client.pk])
+        row = cursor.fetchone()
+    return row[0] if row else 0
+
+
+LAST_POSITION = f"SELECT last_position FROM {ReceiverStream._meta.db_table} WHERE client_id = %s"
+
+
+def position_after_delivery(client: Client, delivery_id: int) -> int:
+    """The position of the client's last delivery with an id up to `delivery_id`
+    (agents of the protocol's first revision resume by delivery id), 0 if none."""
+    found = Delivery.objects.filter(receiver=client, pk__lte=delivery_id).order_by("-pk")
+    return next(iter(found.values_list("position", flat=True)[:1]), 0)
+
+
+def recent_deliveries(client: Client, *, limit: int = 50) -> list[Delivery]:
+    """The client's newest deliveries with their events and senders."""
+    query = Delivery.objects.filter(receiver=client).select_related("event", "sender")
+    return list(query.order_by("-position")[:limit])
+
+
+def delivery_states(client: Client, events: Iterable[Event]) -> dict:
+    """{event id: state of its delivery to `client`} for those of `events` it got."""
+    rows = Delivery.objects.filter(receiver=client, event__in=[e.pk for e in events])
+    return dict(rows.values_list("event_id", "state"))

@@ -1,0 +1,120 @@
+"""The fleet simulator: real agent processes on real sockets obey the scenario's
+commands by changing their attributes and reporting back."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from django.utils import timezone
+
+from broker.models import AttributeValue, Delivery
+from broker.reads.clients import current_attributes
+from broker.services.events import publish_event
+from demo.scenario import load_scenario
+from tests.broker.agent_helpers import agent_url, wait_for
+from tests.broker.tree_helpers import wait_until_idle
+from tests.conftest import ROOT, environment_for_test_database, stop_process
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+IIS = 'receiver.software == "IIS"'
+
+
+@pytest.fixture
+def fleet(asgi_server, celery_worker):
+    """Six scenario web servers running as agents in two processes."""
+    scenario = load_scenario(servers=6)
+    wait_until_idle()
+    loaded_at = timezone.now()
+    url = agent_url(asgi_server)
+    argv = [
+        sys.executable, str(ROOT / "manage.py"), "simulate_fleet", "--agents", "6",
+        "--processes", "2", "--url", url, "--load-interval", "0.5",
+    ]  # fmt: skip
+    process = subprocess.Popen(argv, env=environment_for_test_database(), cwd=ROOT)
+    try:
+        wait_for(lambda: _stated_since(loaded_at) >= 6, "every agent advertised")
+        yield scenario
+    finally:
+        stop_process(process)
+        wait_until_idle()
+
+
+def _stated_since(moment) -> int:
+    return AttributeValue.objects.filter(name="hostname", set_at__gt=moment).count()
+
+
+def answered(event, receivers: int) -> list[Delivery]:
+    """The event's deliveries once there are `receivers` of them, all answered (two
+    leaves record theirs at different moments), else nothing."""
+    deliveries = list(Delivery.objects.filter(event=event).select_related("receiver"))
+    done = len(deliveries) == receivers and all(d.state in ("acked", "failed") for d in deliveries)
+    return deliveries if done else []
+
+
+def test_the_fleet_disables_cgi_when_told_and_reports_it(fleet):
+    command = publish_event(
+        sender=fleet.controllers["intellimune-national"],
+        content={"kind": "command", "action": "disable-cgi"},
+        selector=IIS,
+        lifetime_s=120,
+    )
+    wait_for(lambda: answered(command, 2), "every IIS server answered")
+    deliveries = answered(command, 2)
+    assert {d.receiver.name for d in deliveries} == {"web-00000", "web-00003"}
+    for delivery in deliveries:
+        assert delivery.state == "acked"
+        assert delivery.result["output"] == f"{delivery.receiver.name}: CGI disabled"
+    wait_for(
+        lambda: all(current_attributes(d.receiver)["cgi"] is False for d in deliveries),
+        "the servers reported CGI off",
+    )
+
+
+def test_a_shut_down_server_reports_it_and_its_load_drops_to_zero(fleet):
+    command = publish_event(
+        sender=fleet.controllers["intellimune-national"],
+        content={"kind": "command", "action": "shutdown"},
+        selector='receiver.hostname == "web-00001"',
+        lifetime_s=120,
+    )
+    wait_for(lambda: answered(command, 1), "web-00001 answered")
+    (delivery,) = answered(command, 1)
+    assert delivery.result == {"exit_code": 0, "output": "web-00001: web server stopped"}
+    server = delivery.receiver
+    wait_for(lambda: current_attributes(server)["load"] == 0.0, "the load dropped")
+    time.sleep(1.5)  # three drift intervals: a stopped server's load stays at zero
+    assert current_attributes(server)["load"] == 0.0
+
+
+def test_running_servers_let_their_load_drift(fleet):
+    before = {v.client_id: v.set_at for v in AttributeValue.objects.filter(name="load")}
+    wait_for(
+        lambda: (
+            sum(v.set_at > before[v.client_id] for v in AttributeValue.objects.filter(name="load"))
+            >= 3
+        ),
+        "loads drifted",
+    )
+
+
+def test_a_repeated_benchmark_notification_is_timed_once_at_its_first_arrival():
+    import random
+
+    from broker.client import Notification
+    from demo.simulator import SimulatedServer
+
+    server = SimulatedServer("ws://unused", "snt_unused", {"hostname": "web-x"}, 5.0,
+                             random.Random(0))  # fmt: skip
+    first = Notification(7, "e", 1, "ops", 1, {"bench": "alert", "sent_at": time.time()}, 3)
+    server.arrived(first)
+    server.arrived(Notification(**{**first.__dict__, "replay": True}))
+    server.arrived(Notification(**{**first.__dict__, "delivery": 8, "position": 4}))
+    assert [(label, delivery) for label, delivery, _ in server.receipts] == [
+        ("alert", 7),
+        ("alert", 8),
+    ]
+    assert len(server.latencies_ms) == 2

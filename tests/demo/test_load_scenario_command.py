@@ -1,0 +1,57 @@
+"""`manage.py load_scenario` keeps the authorities' and grants' keys it would otherwise
+throw away, in a file only the user reads, and they work with the attestation API as
+the README shows."""
+
+import io
+import json
+import stat
+
+import pytest
+from django.core.management import call_command
+from django.test import Client as HttpClient
+
+from broker.models import Client
+from broker.reads.clients import attested_attributes
+from demo.scenario import CONTROLLERS
+
+pytestmark = pytest.mark.django_db(databases=["default", "audit"])
+
+
+def load(path) -> str:
+    output = io.StringIO()
+    call_command("load_scenario", "--servers", "2", "--keys-file", str(path), stdout=output)
+    return output.getvalue()
+
+
+def test_the_scenario_keeps_its_keys_in_a_private_file_that_the_api_accepts(tmp_path):
+    path = tmp_path / "demo" / "keys.json"
+
+    said = load(path)
+
+    assert str(path) in said
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    keys = json.loads(path.read_text())["authorities"]
+    assert set(keys["trust-manager"]["grants"]) == set(CONTROLLERS)
+    assert set(keys["macrocorp-inventory"]["grants"]) == {"web-00000", "web-00001"}
+    # The README's example: the trust manager raises the rogue controller's trust.
+    trust = keys["trust-manager"]
+    body = {"grant_key": trust["grants"]["rogue-controller"], "values": {"trust": 2}}
+    reply = HttpClient().post(
+        "/api/v1/clients/rogue-controller/attestations",
+        data=json.dumps(body),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {trust['key']}"},
+    )
+    assert (reply.status_code, reply.json()) == (200, {"attested": ["trust"]})
+    assert attested_attributes(Client.objects.get(name="rogue-controller"))["trust"] == 2
+
+
+def test_loading_again_keeps_the_keys_of_the_first_load(tmp_path):
+    path = tmp_path / "keys.json"
+    load(path)
+    kept = path.read_text()
+
+    said = load(path)
+
+    assert "already loaded" in said
+    assert path.read_text() == kept
