@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import redis
 from asgiref.sync import async_to_sync
+from celery import current_app
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection
@@ -107,6 +108,10 @@ async def _channel_layer_round_trip(layer) -> str:
     return f"{type(layer).__name__} send/receive"
 
 
+# The Celery task that answers the worker check (console.tasks.health_echo).
+ECHO_TASK = "console.health_echo"
+
+
 def record_worker_echo(token: str) -> None:
     """Called by the worker's task: leave a short-lived mark the web side polls for."""
     redis_client().set(WORKER_ECHO_PREFIX + token, "1", ex=60)
@@ -114,14 +119,14 @@ def record_worker_echo(token: str) -> None:
 
 def probe_celery_worker(*, queue: str | None = None, timeout_s: float | None = None) -> str:
     """Enqueue an echo task and wait until a worker has run it."""
-    from console.tasks import health_echo
-
     timeout_s = timeout_s or settings.HEALTH_CHECK_TIMEOUT_S
     token = secrets.token_hex(8)
     client = redis_client()
     # One immediate retry (a pooled connection may be stale after a Redis restart),
     # not the default's waits: with the broker down, the check says so now.
-    health_echo.apply_async(
+    # By name: the task's module (console.tasks) builds on this one.
+    current_app.send_task(
+        ECHO_TASK,
         args=[token],
         queue=queue or settings.CELERY_TASK_DEFAULT_QUEUE,
         retry_policy={"max_retries": 1, "interval_start": 0, "interval_step": 0},

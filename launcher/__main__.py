@@ -15,49 +15,12 @@ from pathlib import Path
 
 from console.env import ConfigurationError, env_int
 from demo.data_folder import default_data_dir, demo_keys_file, write_demo_settings
-from launcher.embedded import EmbeddedPostgres, EmbeddedRedis
+from launcher.embedded import PrivateServers
 from launcher.supervisor import Supervisor, listening_socket, say
 from reports import QUEUE as REPORTS_QUEUE
 
 ROOT = Path(__file__).resolve().parent.parent
-VAR = ROOT / "var"
-DATABASE_NAME = "console"
 PYTEST_NO_TESTS_COLLECTED = 5
-
-
-class Services:
-    """The embedded servers started for this run (none when URLs were given)."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.postgres: EmbeddedPostgres | None = None
-        self.redis: EmbeddedRedis | None = None
-
-    def provide(self, env: dict[str, str]) -> None:
-        """Fill DATABASE_URL / REDIS_URL in `env`, starting private servers for the gaps."""
-        if not env.get("DATABASE_URL"):
-            say(f"starting private PostgreSQL in {self.data_dir / 'postgres'}")
-            self.postgres = EmbeddedPostgres(self.data_dir / "postgres")
-            self.postgres.start()
-            self.postgres.ensure_database(DATABASE_NAME)
-            env["DATABASE_URL"] = self.postgres.url(DATABASE_NAME)
-        if not env.get("REDIS_URL"):
-            say(f"starting private Redis in {self.data_dir / 'redis'}")
-            self.redis = EmbeddedRedis(self.data_dir / "redis")
-            self.redis.start()
-            env["REDIS_URL"] = self.redis.url()
-
-    def watch_with(self, supervisor: Supervisor) -> None:
-        """Have `supervisor` restart the servers started here (never those of a URL)."""
-        for server in (self.postgres, self.redis):
-            if server is not None:
-                supervisor.watch(server)
-
-    def stop(self) -> None:
-        if self.redis:
-            self.redis.stop()
-        if self.postgres:
-            self.postgres.stop()
 
 
 def persistent_secret_key(data_dir: Path) -> str:
@@ -211,7 +174,7 @@ def command_run(args: argparse.Namespace) -> int:
     # The children's lines reach the launcher as they are written, not when a buffer
     # fills (Daphne's access log does not flush), nor never if a child is killed.
     env.setdefault("PYTHONUNBUFFERED", "1")
-    services = Services(data_dir)
+    services = PrivateServers(data_dir)
     supervisor = Supervisor()
     supervisor.install_signal_handlers()
     listener = None
@@ -245,35 +208,42 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def command_test(args: argparse.Namespace) -> int:
-    """Run pytest against private services (or the ones the environment names)."""
-    env = dict(os.environ)
-    env.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
-    env.setdefault("STATIC_ROOT", str(VAR / "test" / "static"))
-    # Tasks of a worker a test kills are handed out again after this many seconds.
-    env.setdefault("CELERY_VISIBILITY_S", "8")
-    # The agent-socket test of the login deadline waits this long.
-    env.setdefault("AGENT_LOGIN_TIMEOUT_S", "2")
-    # Agents confirm, and are sent what they lack, within seconds rather than tens.
-    env.setdefault("AGENT_HEARTBEAT_S", "2")
-    env.setdefault("AGENT_REDELIVER_AFTER_S", "2")
-    services = Services(VAR / "test")
-    try:
-        services.provide(env)
-        manage(env, "collectstatic", "--noinput", "-v", "0")
-        result = subprocess.run([sys.executable, "-m", "pytest", *args.pytest_args], env=env)
-    finally:
-        services.stop()
+    """Run the tests with pytest (launcher.pytest_plugin sets up their environment and
+    servers): the fast tier, or with --all every tier, after installing the system
+    packages that the full tier needs (Chromium, Java)."""
+    if args.all:
+        subprocess.run([str(ROOT / "scripts" / "install-system-packages")], check=True)
+    pytest_args = args.pytest_args if args.all else fast_tier(args.pytest_args)
+    result = subprocess.run([sys.executable, "-m", "pytest", *pytest_args])
     if result.returncode == PYTEST_NO_TESTS_COLLECTED:
-        say("no test was collected: that is a failure")
+        hint = "" if args.all else " (those of the full tier run with ./test --all)"
+        say(f"no test was collected: that is a failure{hint}")
         return 1
     return result.returncode
+
+
+FAST_TIER = "not full"
+
+
+def fast_tier(pytest_args: list[str]) -> list[str]:
+    """`pytest_args` selecting the fast tier's tests only; a marker expression given
+    (`-m EXPR`) still applies, within the fast tier."""
+    args = list(pytest_args)
+    for index, arg in enumerate(args):
+        if arg == "-m" and index + 1 < len(args):
+            args[index + 1] = f"({args[index + 1]}) and {FAST_TIER}"
+            return args
+        if arg.startswith("-m") and len(arg) > 2:
+            args[index] = f"-m({arg[2:]}) and {FAST_TIER}"
+            return args
+    return ["-m", FAST_TIER, *args]
 
 
 def command_services(args: argparse.Namespace) -> int:
     """Start only the private services and print their URLs, for a developer's shell;
     restart them if they die, until Ctrl-C or SIGTERM."""
     env: dict[str, str] = {}
-    services = Services(args.data_dir)
+    services = PrivateServers(args.data_dir)
     supervisor = Supervisor()
     supervisor.install_signal_handlers()
     try:
@@ -310,7 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
         web_processes=env_int("WEB_PROCESSES", 2, minimum=1),
         worker_concurrency=env_int("WORKER_CONCURRENCY", 2, minimum=1),
     )
-    test = commands.add_parser("test", help="run the whole test suite")
+    test = commands.add_parser("test", help="run the tests: the fast tier, or --all")
+    test.add_argument("--all", action="store_true", help="every tier (what CI runs)")
     test.set_defaults(handler=command_test)
     services = commands.add_parser("services", help="start only PostgreSQL and Redis")
     add_data_dir_argument(services)

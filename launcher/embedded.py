@@ -14,6 +14,7 @@ import os
 import subprocess
 import time
 import warnings
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,8 @@ import psycopg
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from launcher.supervisor import say
 
 REDIS_START_TIMEOUT_S = 15.0
 # A ping that takes longer than this counts as no answer (a wedged server must not
@@ -225,3 +228,42 @@ class EmbeddedRedis:
             # SHUTDOWN closes the connection by design.
             with contextlib.suppress(redis.ConnectionError):
                 self._client().shutdown()
+
+
+DATABASE_NAME = "console"
+
+
+class PrivateServers:
+    """The private servers started for a run of the console or of the tests (none when
+    the environment gave their URLs), in one data folder."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.postgres: EmbeddedPostgres | None = None
+        self.redis: EmbeddedRedis | None = None
+
+    def provide(self, env: MutableMapping[str, str]) -> None:
+        """Fill DATABASE_URL / REDIS_URL in `env`, starting private servers for the gaps."""
+        if not env.get("DATABASE_URL"):
+            say(f"starting private PostgreSQL in {self.data_dir / 'postgres'}")
+            self.postgres = EmbeddedPostgres(self.data_dir / "postgres")
+            self.postgres.start()
+            self.postgres.ensure_database(DATABASE_NAME)
+            env["DATABASE_URL"] = self.postgres.url(DATABASE_NAME)
+        if not env.get("REDIS_URL"):
+            say(f"starting private Redis in {self.data_dir / 'redis'}")
+            self.redis = EmbeddedRedis(self.data_dir / "redis")
+            self.redis.start()
+            env["REDIS_URL"] = self.redis.url()
+
+    def watch_with(self, supervisor) -> None:
+        """Have `supervisor` restart the servers started here (never those of a URL)."""
+        for server in (self.postgres, self.redis):
+            if server is not None:
+                supervisor.watch(server)
+
+    def stop(self) -> None:
+        if self.redis:
+            self.redis.stop()
+        if self.postgres:
+            self.postgres.stop()

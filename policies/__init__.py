@@ -11,17 +11,11 @@ Public API (later issues script against these names):
 from policies.coagulation import OverAcceptance, coagulate, over_acceptance
 from policies.covering import covers, covers_all
 from policies.errors import PolicySyntaxError, PolicyTypeError
-from policies.expressions import Constraint, Policy, Selector
-from policies.filters import (
-    Filter,
-    filters_text,
-    policy_from_filters,
-    policy_text,
-    selector_from_filters,
-    to_filters,
-)
+from policies.expressions import Constraint
+from policies.filters import Filter, filters_text, policy_text, to_filters
 from policies.matcher import Explanation, Matcher
 from policies.parser import parse_policy, parse_selector
+from policies.rules import Policy, Selector, policy_from_filters, selector_from_filters
 from policies.types import AttributeType, Version
 
 __all__ = [

@@ -12,8 +12,9 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from policies.expressions import EVENT, RECEIVER, SENDER, Constraint, Policy, Selector
+from policies.expressions import EVENT, RECEIVER, SENDER, Constraint
 from policies.filters import Filter
+from policies.rules import Policy, Selector
 from policies.types import format_literal
 
 

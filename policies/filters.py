@@ -24,9 +24,7 @@ from policies.expressions import (
     Constraint,
     Expression,
     Not,
-    Policy,
     Scopes,
-    Selector,
     conjunction,
     disjunction,
 )
@@ -164,34 +162,16 @@ def filters_expression(filters: Iterable[Filter]) -> Expression:
     return disjunction(f.expression() for f in sorted(set(filters), key=Filter.text))
 
 
-def policy_from_filters(filters: Iterable[Filter]) -> Policy:
-    """The policy accepting exactly what one of the filters accepts."""
-    return Policy(filters_expression(filters))
-
-
-def selector_from_filters(filters: Iterable[Filter]) -> Selector:
-    """The selector selecting exactly what one of the filters selects."""
-    return Selector(filters_expression(filters))
-
-
 def policy_text(filters: Iterable[Filter]) -> str:
     """Canonical ``accept ...`` text of a list of policy filters."""
     return f"accept {filters_text(filters)}"
 
 
-def canonical_key(rule: Policy | Selector) -> frozenset[Filter]:
-    """Key equal for rules with the same minimal DNF (used to share work)."""
-    return frozenset(rule.filters())
-
-
 __all__ = [
     "Filter",
     "FilterExplosion",
-    "canonical_key",
     "filters_expression",
     "filters_text",
-    "policy_from_filters",
     "policy_text",
-    "selector_from_filters",
     "to_filters",
 ]

@@ -34,11 +34,12 @@ from policies.bitsets import (
     without,
 )
 from policies.explain import Explanation, Verdict, check_policy, check_selector
-from policies.expressions import EVENT, RECEIVER, SENDER, Constraint, Policy, Selector
+from policies.expressions import EVENT, RECEIVER, SENDER, Constraint
 from policies.filter_index import FilterIndex
 from policies.filters import Filter
-from policies.parser import parse_policy, parse_selector
+from policies.parser import parse_policy
 from policies.receiver_index import AttributeIndex
+from policies.rules import Policy, Selector
 
 _ACCEPTANCE_CACHE = 1024
 # The cache is probed over CACHE_PROBE lookups; if fewer than one in CACHE_WORTH hits
@@ -287,7 +288,7 @@ class Matcher:
         self,
         sender: Mapping[str, Any] | None,
         content: Mapping[str, Any] | None,
-        selector: Selector | str | None = None,
+        selector: Selector | None = None,
     ) -> set[Hashable]:
         """Ids of receivers selected by ``selector`` whose policy accepts sender+content."""
         accepted = self._accepted(sender or {}, content or {})
@@ -316,7 +317,7 @@ class Matcher:
         groups.update(accepted.extra)
         return found.union(self._receivers_of(list(groups), None))
 
-    def selected(self, selector: Selector | str | None) -> set[Hashable]:
+    def selected(self, selector: Selector | None) -> set[Hashable]:
         """Ids of receivers the selector selects (policies not consulted)."""
         bits = self._live.bits if selector is None else self._selected(selector)
         return {self._ids[slot] for slot in members(bits)}
@@ -405,9 +406,7 @@ class Matcher:
 
     # ------------------------------------------------------------------ selectors
 
-    def _selector_filters(self, selector: Selector | str) -> list[Filter]:
-        if isinstance(selector, str):
-            selector = _parse_selector_cached(selector)
+    def _selector_filters(self, selector: Selector) -> list[Filter]:
         filters = self._selectors.get(selector)
         if filters is None:
             if len(self._selectors) > 4096:
@@ -415,7 +414,7 @@ class Matcher:
             filters = self._selectors[selector] = selector.filters()
         return filters
 
-    def _selected(self, selector: Selector | str) -> int:
+    def _selected(self, selector: Selector) -> int:
         live = self._live.bits
         union = 0
         for f in self._selector_filters(selector):
@@ -444,13 +443,11 @@ class Matcher:
         receiver_id: Hashable,
         sender: Mapping[str, Any] | None,
         content: Mapping[str, Any] | None,
-        selector: Selector | str | None = None,
+        selector: Selector | None = None,
     ) -> Explanation:
         """Why ``match`` does or does not deliver this event to this receiver."""
         receiver = self.attributes(receiver_id)
         policy = self.policy(receiver_id)
-        if isinstance(selector, str):
-            selector = _parse_selector_cached(selector)
         return Explanation(
             receiver_id,
             selector is None,
@@ -492,18 +489,6 @@ def _freeze(sender: Mapping[str, Any], content: Mapping[str, Any]) -> Hashable |
     except TypeError:
         return None
     return key
-
-
-_SELECTOR_CACHE: dict[str, Selector] = {}
-
-
-def _parse_selector_cached(text: str) -> Selector:
-    selector = _SELECTOR_CACHE.get(text)
-    if selector is None:
-        if len(_SELECTOR_CACHE) > 4096:
-            _SELECTOR_CACHE.clear()
-        selector = _SELECTOR_CACHE[text] = parse_selector(text)
-    return selector
 
 
 __all__ = ["Explanation", "Matcher", "Verdict"]

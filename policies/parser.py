@@ -40,11 +40,11 @@ from policies.expressions import (
     Constraint,
     Expression,
     Not,
-    Policy,
-    Selector,
     conjunction,
     disjunction,
 )
+from policies.filters import FilterExplosion
+from policies.rules import Policy, Selector
 from policies.types import (
     ORDERING_OPS,
     PATTERN_OPS,
@@ -101,8 +101,6 @@ def parse_selector(text: str, *, receiver_model: Mapping[str, Any] | None = None
 
 
 def _check_complexity(rule: Policy | Selector) -> None:
-    from policies.filters import FilterExplosion
-
     try:
         rule.filters()
     except FilterExplosion:

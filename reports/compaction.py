@@ -13,25 +13,16 @@ import shutil
 import time
 from pathlib import Path
 
-from reports.dataset import TABLES
+from reports.dataset import TABLES, batches
 from reports.export import export_lock
+from reports.spark import Dataset
 
 COMPACT_AFTER = 16
-
-
-def batches(folder: Path) -> list[Path]:
-    """The table's batch folders, oldest first."""
-    if not folder.is_dir():
-        return []
-    found = [child for child in folder.iterdir() if child.name.startswith("batch=")]
-    return sorted(found, key=lambda child: int(child.name.split("=", 1)[1]))
 
 
 def compact_dataset(spark, root: Path, *, at_least: int = COMPACT_AFTER) -> dict[str, int]:
     """Compact every incremental table of the dataset at `root` with more than
     `at_least` batches; return how many batches were merged, per table compacted."""
-    from reports.spark import Dataset
-
     merged = {}
     with export_lock():
         for name, table in TABLES.items():

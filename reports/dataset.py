@@ -9,6 +9,7 @@ since the epoch (no time zone or locale can change them) and become UTC timestam
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -234,3 +235,11 @@ TABLES: dict[str, Table] = {
         DISPATCHERS,
     )
 }
+
+
+def batches(folder: Path) -> list[Path]:
+    """The table's batch folders, oldest first."""
+    if not folder.is_dir():
+        return []
+    found = [child for child in folder.iterdir() if child.name.startswith("batch=")]
+    return sorted(found, key=lambda child: int(child.name.split("=", 1)[1]))

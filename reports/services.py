@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -35,6 +36,9 @@ STALLED_AFTER = timedelta(seconds=60)
 # after this long has no worker to run it.
 UNCLAIMED_AFTER = timedelta(minutes=30)
 SCHEDULE = Actor("system", "schedule")
+
+# The Celery task that runs a report (reports.tasks.run_report).
+RUN_TASK = "reports.run"
 
 
 def request_run(*, kind: str, params: Params, actor: Actor) -> ReportRun:
@@ -109,9 +113,8 @@ def _unfinished_twin(kind: str, params: Params) -> ReportRun | None:
 
 
 def _enqueue(run_id: int) -> None:
-    from reports.tasks import run_report
-
-    run_report.apply_async((run_id,), queue=settings.REPORTS_QUEUE)
+    # By name: the task's module (reports.tasks) builds on this one.
+    current_app.send_task(RUN_TASK, (run_id,), queue=settings.REPORTS_QUEUE)
     to_consoles.report_changed(run_id)
 
 

@@ -15,8 +15,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from reports.compaction import batches
-from reports.dataset import TABLES
+from reports.dataset import TABLES, batches
 
 _session = None
 _session_lock = threading.Lock()

@@ -7,7 +7,7 @@ from celery import shared_task
 from reports import runner, services
 
 
-@shared_task(name="reports.run", ignore_result=True)
+@shared_task(name=services.RUN_TASK, ignore_result=True)
 def run_report(run_id: int) -> None:
     """Run one report (idempotent: a finished or elsewhere-running report is skipped)."""
     runner.run_report(run_id)

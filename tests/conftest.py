@@ -1,5 +1,10 @@
 """Shared fixtures: the fixed cast, and real processes (ASGI server, Celery worker,
-Chromium) running against the test database that pytest-django creates."""
+Chromium, Spark) running against the test database that pytest-django creates.
+
+A test's tier follows from the fixtures it uses: one that needs a process of FULL_TIER
+(directly or through another fixture) is marked with that kind and `full`, and runs in
+the full tier only (`./test --all`); every other test runs in the fast tier (`./test`).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from pytest_django.lazy_django import django_settings_is_configured
 
 from launcher.supervisor import die_with_parent
 from tests.cast import OPERATOR, create_member
@@ -25,6 +31,26 @@ BIN = Path(sys.executable).parent
 PROCESS_START_TIMEOUT_S = 30.0
 # Workers started by the session fixture, so that other fixtures can tell.
 RUNNING_WORKERS: list = []
+# The fixtures that start a process of the full tier, and the kind of process (marker).
+FULL_TIER = {
+    "page": "browser",
+    "asgi_server": "server",
+    "serve_console": "server",
+    "console_run": "server",
+    "celery_worker": "worker",
+    "reports_worker": "spark",
+    "spark": "spark",
+}
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Mark each test with the kinds of process its fixtures start, and `full` if any."""
+    for item in items:
+        kinds = sorted({FULL_TIER[name] for name in item.fixturenames if name in FULL_TIER})
+        for kind in kinds:
+            item.add_marker(kind)
+        if kinds:
+            item.add_marker("full")
 
 
 def free_port() -> int:
@@ -79,6 +105,13 @@ def daphne_serving(env: dict[str, str] | None = None) -> Iterator[str]:
         yield base_url
     finally:
         stop_process(process)
+
+
+@pytest.fixture(scope="session")
+def serve_console():
+    """`daphne_serving`, for a test or fixture that needs a Daphne of its own (with
+    settings of its own): `with serve_console({"NAME": "value"}) as base_url: ...`."""
+    return daphne_serving
 
 
 @pytest.fixture(scope="session")
@@ -212,6 +245,8 @@ def no_lingering_connections_in_the_test_process():
     """Threads of this process (async helpers) open connections of their own that no
     one closes; kept for DATABASE_CONN_MAX_AGE_S they would stop PostgreSQL from
     dropping the test database. Servers and workers, separate processes, keep theirs."""
+    if not django_settings_is_configured():
+        return  # pure tests: no Django here
     from django.db import connections
 
     for alias in connections.settings:
@@ -221,9 +256,14 @@ def no_lingering_connections_in_the_test_process():
 
 
 @pytest.fixture(scope="session", autouse=True)
-def close_audit_connection(django_db_setup, django_db_blocker):
+def close_audit_connection(request):
     """The `audit` alias has a connection of its own: close it before the test
     database is dropped, or PostgreSQL refuses to drop a database in use."""
+    if not django_settings_is_configured():
+        yield  # pure tests: no Django here
+        return
+    django_db_blocker = request.getfixturevalue("django_db_blocker")
+    request.getfixturevalue("django_db_setup")
     yield
     from django.db import connections
 
@@ -232,9 +272,12 @@ def close_audit_connection(django_db_setup, django_db_blocker):
 
 
 @pytest.fixture(autouse=True)
-def quiet_tree_before_flush(request, _django_db_helper):
+def quiet_tree_before_flush(request):
     """After a test that committed data, let the worker finish what it caused before
-    the tables are truncated: a task still running would deadlock the flush."""
+    the tables are truncated: a task still running would deadlock the flush (its
+    teardown runs before the database helper's, which it comes after)."""
+    if django_settings_is_configured():
+        request.getfixturevalue("_django_db_helper")
     yield
     marker = request.node.get_closest_marker("django_db")
     if RUNNING_WORKERS and marker and marker.kwargs.get("transaction"):

@@ -25,7 +25,7 @@ from broker.models import (
     DispatcherSummary,
 )
 from broker.prepared import plan_once, prepared_cursor
-from broker.reads.clients import attributes_by_client
+from broker.reads.clients import attributes_by_client, clients_changed_since, snapshot_xmin
 from broker.reads.policies import newest_policies
 from broker.vocabulary import FRESH_FOR_S, Vocabulary, vocabulary
 from policies import Matcher, Policy
@@ -152,22 +152,6 @@ def _current_policies(client_ids: set[int]) -> dict[int, Policy]:
     # Parsed with the vocabulary, once per distinct text (most receivers share one).
     words = vocabulary()
     return {client_id: words.stored_policy(text) for client_id, text in texts.items()}
-
-
-def clients_changed_since(horizon: int, dispatchers) -> tuple[int, set[int]]:
-    """(the next horizon, the clients whose changes at these dispatchers (ids, or a
-    query of ids) were written by transactions at or above `horizon`): every change
-    below the next horizon is committed and so seen by this read."""
-    following = snapshot_xmin()
-    changes = ClientChange.objects.filter(dispatcher_id__in=dispatchers, txid__gte=horizon)
-    return following, set(changes.values_list("client_id", flat=True))
-
-
-def snapshot_xmin() -> int:
-    """PostgreSQL's oldest transaction still running: all before it have ended."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
-        return cursor.fetchone()[0]
 
 
 _leaves: dict[int, LeafState] = {}

@@ -30,6 +30,7 @@ import redis
 from django.conf import settings
 
 from broker.dispatch.state import queue_of
+from broker.models import Dispatcher
 
 log = logging.getLogger(__name__)
 
@@ -213,3 +214,11 @@ def waiting_by_queue(queues: Iterable[str]) -> dict[str, int]:
     for queue in queues:
         pipeline.xlen(stream_name(queue))
     return dict(zip(queues, pipeline.execute(), strict=True))
+
+
+def inbox_depths() -> dict[int, int]:
+    """{dispatcher id: hops waiting in its stream, or being routed} (dispatchers with
+    none are left out). A hop carries the events one dispatcher sent the next at once."""
+    queues = {node.queue: node.id for node in Dispatcher.objects.only("id", "name")}
+    waiting = waiting_by_queue(queues)
+    return {queues[queue]: count for queue, count in waiting.items() if count}

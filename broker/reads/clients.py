@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
+from django.db import connection
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -18,6 +19,7 @@ from broker.credentials import key_digest
 from broker.models import (
     AttributeValue,
     Client,
+    ClientChange,
     ClientModel,
     ClientToken,
     ModelAttribute,
@@ -185,3 +187,23 @@ def attribute_provenance(client: Client) -> list[AttributeValue]:
             value.expires_at is None or value.expires_at > now
         )
     return values
+
+
+# The clients' change log (ClientChange): what the leaves and the console's directory
+# read to stay fresh.
+
+
+def clients_changed_since(horizon: int, dispatchers) -> tuple[int, set[int]]:
+    """(the next horizon, the clients whose changes at these dispatchers (ids, or a
+    query of ids) were written by transactions at or above `horizon`): every change
+    below the next horizon is committed and so seen by this read."""
+    following = snapshot_xmin()
+    changes = ClientChange.objects.filter(dispatcher_id__in=dispatchers, txid__gte=horizon)
+    return following, set(changes.values_list("client_id", flat=True))
+
+
+def snapshot_xmin() -> int:
+    """PostgreSQL's oldest transaction still running: all before it have ended."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+        return cursor.fetchone()[0]

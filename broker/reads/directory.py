@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
-from broker.dispatch.state import clients_changed_since, snapshot_xmin
 from broker.models import AgentPresence, Client, Dispatcher
-from broker.reads.clients import attributes_by_client
+from broker.reads.clients import attributes_by_client, clients_changed_since, snapshot_xmin
 from broker.reads.policies import newest_policies
 from broker.reads.presence import is_connected
 from policies import Matcher, Policy, Selector

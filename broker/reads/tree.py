@@ -10,6 +10,7 @@ dispatcher and went nowhere (its summary let them in; nothing below took them).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 
@@ -18,7 +19,6 @@ from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
-from broker.dispatch import transport
 from broker.models import Client, Dispatcher, DispatcherSummary, TrafficRecord
 
 WINDOW = timedelta(minutes=1)
@@ -151,12 +151,12 @@ class TreeFigures:
         return sum(node.flagged for node in self.nodes)
 
 
-def tree_figures(*, window: timedelta = WINDOW) -> TreeFigures:
-    """The tree's figures now, over the last `window` of traffic."""
+def tree_figures(*, inboxes: Mapping[int, int], window: timedelta = WINDOW) -> TreeFigures:
+    """The tree's figures now, over the last `window` of traffic, with `inboxes`
+    ({dispatcher id: hops waiting}, broker.dispatch.transport.inbox_depths)."""
     now = timezone.now()
     attached = clients_by_dispatcher()
     summaries = summary_figures()
-    inboxes = inbox_depths()
     traffic = traffic_since(now - window)
     rows = Dispatcher.objects.values_list("id", "name", "depth", "parent_id", "is_leaf")
     nodes = {
@@ -210,14 +210,6 @@ def summary_figures() -> dict[int, SummaryFigures]:
         "exact_filters", "loss_sampled", "loss_extra",
     )  # fmt: skip
     return {row[0]: SummaryFigures(*row[1:]) for row in rows}
-
-
-def inbox_depths() -> dict[int, int]:
-    """{dispatcher id: hops waiting in its stream, or being routed} (dispatchers with
-    none are left out). A hop carries the events one dispatcher sent the next at once."""
-    queues = {node.queue: node.id for node in Dispatcher.objects.only("id", "name")}
-    waiting = transport.waiting_by_queue(queues)
-    return {queues[queue]: count for queue, count in waiting.items() if count}
 
 
 def traffic_since(since: datetime) -> dict[int, Traffic]:

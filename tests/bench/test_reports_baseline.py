@@ -20,7 +20,7 @@ from bench.reports_baseline import baseline_result, run_baseline
 from broker.audit import Actor
 from broker.models import Delivery
 from broker.services.deliveries import acknowledge_delivery
-from reports.compaction import batches
+from reports.dataset import batches
 from reports.jobs import KINDS, job
 from reports.results import Params, Result
 from tests.reports.incident import INCIDENT_MARKS, Incident

@@ -21,10 +21,7 @@ from broker.services.events import publish_event
 from demo.scenario import load_scenario
 from tests.broker.tree_helpers import wait_until_idle
 
-pytestmark = [
-    pytest.mark.worker,
-    pytest.mark.django_db(transaction=True, databases=["default", "audit"]),
-]
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 
 WORM_ALERT = {"kind": "alert", "alert": "worm", "threat_level": 4}
 NORTHWEST = 'region == "Northwest"'

@@ -28,7 +28,6 @@ from broker.reads.presence import (
 from broker.services import presence
 from tests.broker.agent_helpers import RawAgentSocket, agent_url, wait_for
 from tests.broker.failing_database import inserts_refused
-from tests.conftest import daphne_serving
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,9 +60,9 @@ def make_stale(client: Client) -> None:
 
 
 @pytest.fixture(scope="module")
-def quick_refresh_server(django_db_setup, django_db_blocker):
+def quick_refresh_server(django_db_setup, django_db_blocker, serve_console):
     """A Daphne that writes last seen every QUICK_REFRESH_S instead of every 30 s."""
-    with daphne_serving({"PRESENCE_REFRESH_S": str(QUICK_REFRESH_S)}) as base_url:
+    with serve_console({"PRESENCE_REFRESH_S": str(QUICK_REFRESH_S)}) as base_url:
         yield base_url
 
 

@@ -21,10 +21,7 @@ from broker.services.policies import set_policy
 from tests.broker.tree_helpers import wait_until_idle
 from tests.broker.tree_oracle import delivered, matching, receiver_states
 
-pytestmark = [
-    pytest.mark.worker,
-    pytest.mark.django_db(transaction=True, databases=["default", "audit"]),
-]
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 SETUP = Actor("system", "test")
 KINDS = ("alpha", "beta", "gamma")
 ZONES = ("north", "south", "east")

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from broker.audit import Actor
 from broker.dispatch.summary import Summary
+from broker.dispatch.transport import inbox_depths
 from broker.models import (
     Client,
     Delivery,
@@ -26,10 +27,7 @@ from broker.vocabulary import vocabulary
 from demo.scenario import load_scenario
 from tests.broker.tree_helpers import held_hops, release, wait_until_idle
 
-pytestmark = [
-    pytest.mark.worker,
-    pytest.mark.django_db(transaction=True, databases=["default", "audit"]),
-]
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 
 WORM_ALERT = {"kind": "alert", "alert": "worm", "threat_level": 4, "target": "IIS"}
 # Selectors each of whose clauses some leaf's servers satisfy, but no one server all:
@@ -44,6 +42,11 @@ UNMATCHED = [
 MANY_FILTERS = " or ".join(
     f'(event.action == "a{n}" and event.threat_level == {n})' for n in range(36)
 )
+
+
+def figures_now():
+    """The tree's figures as its page reads them."""
+    return tree_figures(inboxes=inbox_depths())
 
 
 @pytest.fixture
@@ -87,7 +90,7 @@ def hops_by_dispatcher(since) -> dict[str, Traffic]:
 
 
 def test_the_tree_is_listed_root_first_with_each_subtree_under_its_parent(scenario):
-    figures = tree_figures()
+    figures = figures_now()
     names = [node.name for node in figures.nodes]
     assert names == pre_order() == ["d0", "d0.0", "d0.0.0", "d0.0.1", "d0.1", "d0.1.0", "d0.1.1"]
     by_name = {node.name: node for node in figures.nodes}
@@ -99,7 +102,7 @@ def test_the_tree_is_listed_root_first_with_each_subtree_under_its_parent(scenar
 
 
 def test_clients_are_counted_at_their_leaf_and_in_every_subtree_above(scenario):
-    figures = {node.name: node for node in tree_figures().nodes}
+    figures = {node.name: node for node in figures_now().nodes}
     attached = Counter(Client.objects.values_list("dispatcher__name", flat=True))
     for name, node in figures.items():
         below = sum(count for leaf, count in attached.items() if f"{leaf}.".startswith(f"{name}."))
@@ -110,7 +113,7 @@ def test_clients_are_counted_at_their_leaf_and_in_every_subtree_above(scenario):
 
 def test_traffic_figures_add_up_the_traffic_records_of_the_last_minute(scenario):
     publish_the_scenario_events(scenario)
-    figures = tree_figures()
+    figures = figures_now()
     expected = hops_by_dispatcher(figures.measured_at - WINDOW)
     for node in figures.nodes:
         assert node.traffic == expected.get(node.name, Traffic()), node.name
@@ -125,7 +128,7 @@ def test_traffic_older_than_the_window_is_left_out(scenario):
     publish_the_scenario_events(scenario)
     root = Dispatcher.objects.get(name="d0")
     TrafficRecord.objects.filter(dispatcher=root).update(at=timezone.now() - 2 * WINDOW)
-    figures = {node.name: node for node in tree_figures().nodes}
+    figures = {node.name: node for node in figures_now().nodes}
     assert figures["d0"].traffic == Traffic()
     assert figures["d0.0"].traffic.routed > 0
 
@@ -135,7 +138,7 @@ def test_inbox_depth_counts_the_hops_waiting_and_a_deep_inbox_is_flagged(scenari
     leaf = Dispatcher.objects.get(name="d0.1.0")
     held = held_hops(leaf, Event.objects.first(), 501)
     try:
-        figures = {node.name: node for node in tree_figures().nodes}
+        figures = {node.name: node for node in figures_now().nodes}
     finally:
         release(leaf, held)
     assert len(held) == 501
@@ -145,7 +148,7 @@ def test_inbox_depth_counts_the_hops_waiting_and_a_deep_inbox_is_flagged(scenari
 
 
 def test_a_summary_is_measured_by_its_filters_constraints_and_stored_bytes(scenario):
-    figures = {node.name: node for node in tree_figures().nodes}
+    figures = {node.name: node for node in figures_now().nodes}
     for row in DispatcherSummary.objects.select_related("dispatcher"):
         summary = Summary.from_json(row.data, vocabulary())
         measured = figures[row.dispatcher.name].summary
@@ -178,7 +181,7 @@ def test_coagulation_loss_is_what_the_summary_accepts_beyond_the_exact_filters(s
     extra = over_accepted(Event.objects.all(), exact, kept)
     assert (row.loss_sampled, row.loss_extra) == (Event.objects.count(), extra)
     assert extra == 1
-    measured = {node.id: node for node in tree_figures().nodes}[server.dispatcher_id].summary
+    measured = {node.id: node for node in figures_now().nodes}[server.dispatcher_id].summary
     assert measured.coagulated and measured.loss == pytest.approx(1 / 3)
 
 
@@ -221,21 +224,21 @@ def publish_over_accepted_and_exact_events(scenario, exact, kept) -> None:
 
 def test_a_summary_stored_before_figures_were_kept_gets_them_at_the_next_recompute(scenario):
     DispatcherSummary.objects.update(filters=None, constraints=None, exact_filters=None)
-    assert all(node.summary.filters is None for node in tree_figures().nodes)
+    assert all(node.summary.filters is None for node in figures_now().nodes)
     versions = dict(DispatcherSummary.objects.values_list("dispatcher_id", "version"))
     current_app.send_task("broker.recompute_summaries")
     wait_until_idle()
-    assert all(node.summary.filters == 2 for node in tree_figures().nodes)
+    assert all(node.summary.filters == 2 for node in figures_now().nodes)
     # Only the figures were written: workers' cached copies stay valid.
     assert dict(DispatcherSummary.objects.values_list("dispatcher_id", "version")) == versions
 
 
 def test_the_figures_cost_the_same_few_queries_whatever_the_traffic(scenario):
     with CaptureQueriesContext(connection) as before:
-        tree_figures()
+        figures_now()
     publish_the_scenario_events(scenario)
     with CaptureQueriesContext(connection) as after:
-        tree_figures()
+        figures_now()
     assert len(before) == len(after) == 5
 
 

@@ -10,10 +10,7 @@ from broker.services.events import publish_event
 from demo.scenario import load_scenario
 from tests.broker.tree_helpers import wait_until_idle
 
-pytestmark = [
-    pytest.mark.worker,
-    pytest.mark.django_db(transaction=True, databases=["default", "audit"]),
-]
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 
 # Versions that text comparison orders wrongly: "2.10.1" < "2.4" < "2.9" as text.
 VERSIONS = {"web-00000": "2.10.1", "web-00001": "2.9", "web-00002": "2.4", "web-00003": "1.9"}

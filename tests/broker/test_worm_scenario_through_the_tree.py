@@ -11,10 +11,7 @@ from demo.scenario import OVERLOADED, VULNERABLE, WORM_ALERT, load_scenario
 from tests.broker.tree_helpers import wait_until_idle
 from tests.broker.tree_oracle import matching, receiver_states
 
-pytestmark = [
-    pytest.mark.worker,
-    pytest.mark.django_db(transaction=True, databases=["default", "audit"]),
-]
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 
 
 def delivered_to(event: Event) -> set[str]:

@@ -12,7 +12,7 @@ from demo.scenario import WEB_SERVER_POLICY, load_scenario
 from tests.browser.conftest import log_in, shot
 from tests.cast import AUDITOR, POLICY_AUTHOR, TRUST_OFFICER, create_member
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 MACROCORP = 'organization == "Macrocorp"'
 WRONG_TYPE = 'accept sender.trust >= "two"'

@@ -6,7 +6,7 @@ from playwright.sync_api import expect
 from tests.browser.conftest import log_in, shot
 from tests.cast import OPERATOR
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_operator_logs_in_and_sees_every_health_check_turn_green(

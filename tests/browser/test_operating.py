@@ -28,7 +28,7 @@ from tests.browser.conftest import log_in, shot
 from tests.cast import AUDITOR, OPERATOR, create_member
 from tests.conftest import ROOT, environment_for_test_database, stop_process
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 SERVERS = 24
 LIVE_TIMEOUT_MS = 20_000

@@ -26,11 +26,7 @@ from tests.browser.conftest import element_shot, log_in, shot
 from tests.cast import AUDITOR, create_member
 from tests.reports.incident import Incident, play_incident
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.worker,
-    pytest.mark.django_db(transaction=True, databases=["default", "audit"]),
-]
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 
 # The first report waits for the worker's Spark to start; each then takes seconds.
 RUN_TIMEOUT_MS = 180_000

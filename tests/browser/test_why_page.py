@@ -13,7 +13,7 @@ from tests.broker.tree_helpers import wait_until_idle
 from tests.browser.conftest import ARTIFACTS, log_in
 from tests.cast import AUDITOR, create_member
 
-pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 WORM_ALERT = {"kind": "alert", "alert": "worm", "threat_level": 4, "target": "IIS"}
 NORTHWEST = 'region == "Northwest"'

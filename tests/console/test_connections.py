@@ -10,8 +10,6 @@ import urllib.request
 import pytest
 from django.db import connection
 
-from tests.conftest import daphne_serving
-
 pytestmark = pytest.mark.django_db(transaction=True)
 
 APPLICATION_NAME = "sn-test-request-connections"
@@ -32,10 +30,10 @@ def get(url: str) -> int:
         return error.code
 
 
-def test_a_web_process_keeps_no_database_connection_after_its_requests_end():
+def test_a_web_process_keeps_no_database_connection_after_its_requests_end(serve_console):
     # libpq names every connection of that process (PGAPPNAME), so that only its
     # connections are counted, whatever else the test database serves.
-    with daphne_serving({"PGAPPNAME": APPLICATION_NAME}) as base_url:
+    with serve_console({"PGAPPNAME": APPLICATION_NAME}) as base_url:
         statuses = {get(f"{base_url}/healthz.json") for _ in range(REQUESTS)}
         assert statuses <= {200, 503}
         deadline = time.monotonic() + 5

@@ -19,10 +19,7 @@ from tests.broker.tree_helpers import wait_until_idle
 from tests.cast import OPERATOR as OLIVIA
 from tests.cast import create_member
 
-pytestmark = [
-    pytest.mark.worker,
-    pytest.mark.django_db(transaction=True, databases=["default", "audit"]),
-]
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 DISABLE_CGI = {"kind": "command", "action": "disable-cgi"}
 
 

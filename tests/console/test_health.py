@@ -24,7 +24,6 @@ def test_redis_and_channel_layer_checks_make_real_round_trips():
     assert "RedisChannelLayer" in layer_result.detail
 
 
-@pytest.mark.worker
 def test_worker_check_passes_when_a_worker_runs_the_echo_task(celery_worker):
     result = health.timed_check("celery worker", health.probe_celery_worker)
     assert result.ok, result.detail
@@ -39,7 +38,6 @@ def test_worker_check_fails_with_a_reason_when_no_worker_consumes_the_queue():
     assert "no worker ran the echo task within 1 s" in result.detail
 
 
-@pytest.mark.worker
 def test_health_json_is_200_with_every_check_and_its_latency(client, celery_worker):
     response = client.get(reverse("health-json"))
     assert response.status_code == 200
@@ -56,7 +54,6 @@ def test_health_page_needs_a_login(client):
     assert response.url.startswith(reverse("login"))
 
 
-@pytest.mark.worker
 def test_htmx_request_gets_only_the_checks_fragment(client, operator, celery_worker):
     client.login(username=OPERATOR.username, password=OPERATOR.password)
     response = client.get(reverse("health"), headers={"HX-Request": "true"})

@@ -121,7 +121,6 @@ def test_the_why_form_says_in_place_what_is_wrong_with_the_id(as_auditor, scenar
     assert "&#x27;42&#x27; is not an event id." in page and 'id="deliveries"' in page
 
 
-@pytest.mark.worker
 @pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 def test_a_delivered_alert_shows_its_hops_and_the_delivery_row_links_to_it(
     celery_worker, as_auditor

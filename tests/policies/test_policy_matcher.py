@@ -30,15 +30,15 @@ def test_match_requires_both_selector_and_policy(fleet):
     assert fleet.match({"trust": 1}, ALERT, None) == {"c"}
 
 
-def test_selector_text_is_accepted_and_cached(fleet):
-    assert fleet.match(TRUSTED, ALERT, "load >= 0.5") == {"a", "c"}
+def test_a_selector_selects_by_the_receivers_attributes(fleet):
+    assert fleet.match(TRUSTED, ALERT, parse_selector("load >= 0.5")) == {"a", "c"}
 
 
 def test_updates_move_receivers_in_and_out_of_the_selection(fleet):
-    assert fleet.match(TRUSTED, ALERT, "load >= 0.8") == {"a", "c"}
+    assert fleet.match(TRUSTED, ALERT, parse_selector("load >= 0.8")) == {"a", "c"}
     fleet.update("b", {"load": 0.95}, merge=True)
     assert fleet.attributes("b") == {"region": "Northwest", "load": 0.95}
-    assert fleet.match(TRUSTED, ALERT, "load >= 0.8") == {"a", "b", "c"}
+    assert fleet.match(TRUSTED, ALERT, parse_selector("load >= 0.8")) == {"a", "b", "c"}
     fleet.update("b", {"load": 0.2})  # replaces: region is gone
     assert fleet.attributes("b") == {"load": 0.2}
     assert fleet.match(TRUSTED, ALERT, NORTHWEST) == {"a"}
@@ -68,18 +68,18 @@ def test_receivers_with_equivalent_policies_share_one_group():
     for index in range(10):
         matcher.add(index, {"n": index}, first if index % 2 else second)
     assert len(matcher._groups) == 1
-    assert matcher.match(TRUSTED, ALERT, "n < 3") == {0, 1, 2}
+    assert matcher.match(TRUSTED, ALERT, parse_selector("n < 3")) == {0, 1, 2}
 
 
 def test_wrong_types_and_missing_attributes_never_raise():
     matcher = Matcher()
     matcher.add(1, {"load": "high", "tags": ["x"], "v": float("nan")}, EVERYTHING)
     matcher.add(2, {}, EVERYTHING)
-    assert matcher.match({}, {}, "load >= 0.8") == set()
-    assert matcher.match({}, {}, "not load >= 0.8") == {1, 2}
-    assert matcher.match({}, {}, "load != 0.8") == set()
-    assert matcher.match({}, {}, "v != 1") == {1}
-    assert matcher.match({}, {}, "tags exists") == {1}
+    assert matcher.match({}, {}, parse_selector("load >= 0.8")) == set()
+    assert matcher.match({}, {}, parse_selector("not load >= 0.8")) == {1, 2}
+    assert matcher.match({}, {}, parse_selector("load != 0.8")) == set()
+    assert matcher.match({}, {}, parse_selector("v != 1")) == {1}
+    assert matcher.match({}, {}, parse_selector("tags exists")) == {1}
 
 
 def test_not_equal_is_false_but_not_equals_is_true_on_missing_attributes():
@@ -117,15 +117,15 @@ def test_many_receivers_one_policy_take_the_bitset_path():
     for index in range(5000):
         matcher.add(index, {"n": index, "even": index % 2 == 0}, ALERTS)
     matcher.prepare()
-    assert matcher.match(TRUSTED, ALERT, "n >= 4990 and even == true") == {
+    assert matcher.match(TRUSTED, ALERT, parse_selector("n >= 4990 and even == true")) == {
         4990,
         4992,
         4994,
         4996,
         4998,
     }
-    assert len(matcher.match(TRUSTED, ALERT, "n < 1000")) == 1000
-    assert matcher.match({"trust": 0}, ALERT, "n < 1000") == set()
+    assert len(matcher.match(TRUSTED, ALERT, parse_selector("n < 1000"))) == 1000
+    assert matcher.match({"trust": 0}, ALERT, parse_selector("n < 1000")) == set()
 
 
 def test_policies_package_never_imports_django():

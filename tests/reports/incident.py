@@ -33,13 +33,11 @@ from reports.spark import Dataset
 from tests.broker.tree_helpers import wait_until_idle
 from tests.cast import ADMINISTRATOR, OPERATOR, create_member
 
-# What a test module using the incident needs (a real worker, committed data).
-INCIDENT_MARKS = [
-    pytest.mark.worker,
-    pytest.mark.django_db(transaction=True, databases=["default", "audit"]),
-]
+# What a test module using the incident needs (committed data; its fixtures start the
+# worker and Spark, which puts it in the full tier).
+INCIDENT_MARKS = [pytest.mark.django_db(transaction=True, databases=["default", "audit"])]
 # What a test of the module-wide incident (fixture `incident`) needs: it only reads.
-READING_MARKS = [pytest.mark.worker, pytest.mark.django_db(databases=["default", "audit"])]
+READING_MARKS = [pytest.mark.django_db(databases=["default", "audit"])]
 
 SERVERS = 40
 # Never confirm anything (so: no answer while an event lives, expired after).

@@ -6,7 +6,8 @@ import pytest
 from django.utils import timezone
 
 from broker.models import AuditEntry
-from reports.compaction import batches, compact_dataset
+from reports.compaction import compact_dataset
+from reports.dataset import batches
 from reports.export import export_changes
 from reports.spark import Dataset, session
 

@@ -17,10 +17,7 @@ from reports.export import export_changes, freshness
 from reports.models import ExportWatermark
 from tests.broker.tree_helpers import wait_until_idle
 
-pytestmark = [
-    pytest.mark.worker,
-    pytest.mark.django_db(transaction=True, databases=["default", "audit"]),
-]
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 
 ODD = 'semi;colon, "quoted"\nnew line, tab\t, ünïcödé ✓ and a backslash \\'
 

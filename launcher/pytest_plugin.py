@@ -1,0 +1,105 @@
+"""The test run's environment, set up before Django loads, so that plain `pytest` and
+`./test` run the same way (loaded by `-p launcher.pytest_plugin` in pyproject.toml).
+
+- Tests that are pure Python (`tests/policies`, the language and matcher, which import
+  no Django) run without Django and without any server: `pytest tests/policies`.
+- Any other run gets the settings the tests rely on (short agent and Celery timings,
+  a throwaway SECRET_KEY) unless the environment sets them, and private PostgreSQL and
+  Redis servers under var/test/ (started here, stopped at the end) unless DATABASE_URL
+  and REDIS_URL name servers already running. Static files are collected again only
+  when they changed since the last run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from pathlib import Path
+
+import pytest
+
+from launcher.embedded import PrivateServers
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_DATA = ROOT / "var" / "test"
+# Test paths that need neither Django nor a server.
+PURE_PATHS = (ROOT / "tests" / "policies",)
+TEST_SETTINGS = {
+    "STATIC_ROOT": str(TEST_DATA / "static"),
+    # Tasks of a worker a test kills are handed out again after this many seconds.
+    "CELERY_VISIBILITY_S": "8",
+    # The agent-socket test of the login deadline waits this long.
+    "AGENT_LOGIN_TIMEOUT_S": "2",
+    # Agents confirm, and are sent what they lack, within seconds rather than tens.
+    "AGENT_HEARTBEAT_S": "2",
+    "AGENT_REDELIVER_AFTER_S": "2",
+}
+_servers: PrivateServers | None = None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    """Before pytest-django reads the settings (its own hook of this name)."""
+    if only_pure_tests(early_config, parser.parse_known_args(args).file_or_dir):
+        # pytest-django takes an empty DJANGO_SETTINGS_MODULE for "no Django here".
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "")
+    else:
+        provide_test_environment(os.environ)
+    return (yield)
+
+
+def only_pure_tests(config, paths: list[str]) -> bool:
+    """Whether every test path asked for (or, if none, every test path configured)
+    lies inside one of PURE_PATHS."""
+    chosen = paths or config.getini("testpaths")
+    resolved = [(Path(config.invocation_params.dir) / p.split("::")[0]).resolve() for p in chosen]
+    return bool(resolved) and all(
+        any(path.is_relative_to(pure) for pure in PURE_PATHS) for path in resolved
+    )
+
+
+def provide_test_environment(env) -> None:
+    """Fill in the tests' settings and servers wherever `env` leaves them unset."""
+    global _servers
+    env.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+    for name, value in TEST_SETTINGS.items():
+        env.setdefault(name, value)
+    if not env.get("DATABASE_URL") or not env.get("REDIS_URL"):
+        _servers = PrivateServers(TEST_DATA)
+        _servers.provide(env)  # starts what is missing and sets its URL in `env`
+
+
+def pytest_configure(config) -> None:
+    if os.environ.get("DJANGO_SETTINGS_MODULE"):
+        collect_static_if_changed()
+
+
+def pytest_unconfigure(config) -> None:
+    if _servers is not None:
+        _servers.stop()
+
+
+def collect_static_if_changed() -> None:
+    """Run collectstatic when the static files differ from those collected last."""
+    from django.conf import settings
+    from django.core.management import call_command
+
+    stamp_file = Path(settings.STATIC_ROOT) / ".collected-from"
+    stamp = static_sources_stamp()
+    if stamp_file.is_file() and stamp_file.read_text() == stamp:
+        return
+    call_command("collectstatic", interactive=False, verbosity=0)
+    stamp_file.write_text(stamp)
+
+
+def static_sources_stamp() -> str:
+    """A digest of every file collectstatic would read (name, size, time of change)."""
+    from django.contrib.staticfiles.finders import get_finders
+
+    digest = hashlib.sha256()
+    for finder in get_finders():
+        for path, storage in finder.list(ignore_patterns=[]):
+            stat = os.stat(storage.path(path))
+            digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
