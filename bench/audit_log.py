@@ -1,8 +1,10 @@
 """The Audit log page and its CSV export with a long log: how fast each answers.
 
-    python bench/audit_log.py                     # 300,000 entries, 20 runs a request
-    python bench/audit_log.py --reuse             # keep (and reuse) what an earlier run loaded
-    python bench/audit_log.py --entries 1000000 --runs 10
+Run as a module from the repository root, with the project's interpreter (.venv/bin/python):
+
+    python -m bench.audit_log                     # 300,000 entries, 20 runs a request
+    python -m bench.audit_log --reuse             # keep (and reuse) what an earlier run loaded
+    python -m bench.audit_log --entries 1000000 --runs 10
 
 The log is written with COPY into a private PostgreSQL under var/bench-audit (unless
 DATABASE_URL / REDIS_URL are set), spread over 90 days as a busy console writes it:
@@ -21,17 +23,15 @@ import argparse
 import json
 import os
 import random
-import sys
 import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.console import BASELINE, logged_in_client, measure, report
+from bench.services import fresh_database, run_in_process
 
-from bench.console import BASELINE, logged_in_client, measure, report  # noqa: E402
-from bench.services import fresh_database, run_in_process  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 FOLDER = ROOT / "var" / "bench-audit"
 CONTROLLERS = ("northwest-controller", "intellimune-national", "rogue-controller")
@@ -242,7 +242,9 @@ def run(args, env: dict[str, str]) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.audit_log", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--entries", type=int, default=300_000, help="audit entries to load")
     parser.add_argument("--runs", type=int, default=20, help="timed runs per request")
     parser.add_argument("--budget-ms", type=float, default=500.0, help="highest median allowed")

@@ -1,8 +1,10 @@
 """Chaos: a stream of events to real agents through the real stack while its processes
 and servers fail, counted where it matters: in what the agents' applications received.
 
-    python bench/chaos.py                          # 10,000 events to 50 agents, once
-    python bench/chaos.py --events 2000 --agents 20 --runs 3
+Run as a module from the repository root, with the project's interpreter (.venv/bin/python):
+
+    python -m bench.chaos                          # 10,000 events to 50 agents, once
+    python -m bench.chaos --events 2000 --agents 20 --runs 3
 
 Real parts, as separate processes: Daphne (two, sharing one socket), Celery workers
 and beat running the dispatcher tree, PostgreSQL and Redis (private ones under
@@ -35,10 +37,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.services import (  # noqa: E402
+from bench.services import (
     fleet_stats,
     fresh_database,
     provide_services,
@@ -47,7 +46,9 @@ from bench.services import (  # noqa: E402
     wait_for_tree_idle,
     worker_argv,
 )
-from launcher.supervisor import listening_socket  # noqa: E402
+from launcher.supervisor import listening_socket
+
+ROOT = Path(__file__).resolve().parent.parent
 
 PORT = int(os.environ.get("BENCH_PORT", "8932"))
 REGIONS = ("Northwest", "Northeast", "Southwest", "Southeast")
@@ -322,7 +323,9 @@ def one_run(args, env: dict[str, str], servers: dict, run_index: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.chaos", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--agents", type=int, default=50)
     parser.add_argument("--channels", type=int, default=4)

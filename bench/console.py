@@ -1,9 +1,11 @@
 """The console's pages with a fleet of 100,000 clients: how fast each answers, and how
 many SQL queries it takes; and how soon an event's page shows acknowledgements live.
 
-    python bench/console.py                  # load 100,000 web servers, 20 runs a page
-    python bench/console.py --reuse          # keep (and reuse) what an earlier run loaded
-    python bench/console.py --servers 10000 --runs 50 --budget-ms 300
+Run as a module from the repository root, with the project's interpreter (.venv/bin/python):
+
+    python -m bench.console                  # load 100,000 web servers, 20 runs a page
+    python -m bench.console --reuse          # keep (and reuse) what an earlier run loaded
+    python -m bench.console --servers 10000 --runs 50 --budget-ms 300
 
 The scenario is loaded in bulk (`load_scenario --bulk`) into a private PostgreSQL under
 var/bench-console (unless DATABASE_URL / REDIS_URL are set), with the scenario's recent
@@ -48,14 +50,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.services import fresh_database, run_in_process
 
-from bench.services import fresh_database, run_in_process  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 FOLDER = ROOT / "var" / "bench-console"
 WARM_UPS = 2
@@ -282,7 +282,9 @@ def run(args, env: dict[str, str]) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.console", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--servers", type=int, default=100_000, help="web servers to load")
     parser.add_argument("--runs", type=int, default=20, help="timed runs per request")
     parser.add_argument("--budget-ms", type=float, default=500.0, help="highest median allowed")

@@ -1,8 +1,10 @@
 """A fleet of real agents on one machine: how fast they connect, and how fast an alert
 and a command reach them.
 
-    python bench/fleet.py                    # 1,000 agents, 5 rounds of each
-    python bench/fleet.py --agents 200 --rounds 3
+Run as a module from the repository root, with the project's interpreter (.venv/bin/python):
+
+    python -m bench.fleet                    # 1,000 agents, 5 rounds of each
+    python -m bench.fleet --agents 200 --rounds 3
 
 Real parts: Daphne serving the agent sockets, Celery workers running the tree,
 PostgreSQL and Redis (private ones under var/bench unless DATABASE_URL / REDIS_URL are
@@ -35,10 +37,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.services import (  # noqa: E402
+from bench.services import (
     cpu_seconds,
     fleet_stats,
     fresh_database,
@@ -48,7 +47,9 @@ from bench.services import (  # noqa: E402
     wait_for_tree_idle,
     worker_argv,
 )
-from launcher.supervisor import listening_socket  # noqa: E402
+from launcher.supervisor import listening_socket
+
+ROOT = Path(__file__).resolve().parent.parent
 
 PORT = int(os.environ.get("BENCH_PORT", "8931"))
 ROUND_TIMEOUT_S = 60.0
@@ -339,7 +340,9 @@ def report(args, stats_dir: str, iis: int, phases) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.fleet", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--processes", type=int, default=2, help="fleet processes")
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")

@@ -1,6 +1,6 @@
 """The transport floor: the same hops through the same broker, doing no work.
 
-    python bench/floor.py --relay     # (started by bench/pingpong.py, one per worker)
+    python -m bench.floor             # a relay (started by bench.pingpong, one per worker)
 
 A floor relay reads the dispatchers' hop streams exactly as the tree's consumers do
 (broker/dispatch/consumer.py: same streams, group, batches and acknowledgement), and
@@ -13,14 +13,9 @@ is the cost of the hops themselves, the floor SN's round trip is measured agains
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import uuid
 from datetime import timedelta
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def floor_event(sender_id: int, sequence: int, content: dict) -> dict:

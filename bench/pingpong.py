@@ -1,7 +1,9 @@
 """The Selective Notification paper's ping-pong experiment, through the real tree.
 
-    python bench/pingpong.py                 # 50 pongers, 30 s per mode
-    python bench/pingpong.py --pongers 20 --duration 15
+Run as a module from the repository root, with the project's interpreter (.venv/bin/python):
+
+    python -m bench.pingpong                 # 50 pongers, 30 s per mode
+    python -m bench.pingpong --pongers 20 --duration 15
 
 One pinger and N pongers, all broadcast-like: the pinger publishes a ping, every
 ponger answers with a pong, and every client (pinger and pongers) receives every ping
@@ -34,17 +36,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.floor import publish_floor_event  # noqa: E402
-from bench.services import (  # noqa: E402
+from bench.floor import publish_floor_event
+from bench.services import (
     fresh_database,
     provide_services,
     tree_queues,
     wait_for_tree_idle,
     worker_argv,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 PING_TIMEOUT_S = 2.0
 READY_TIMEOUT_S = 120
@@ -106,7 +107,7 @@ def create_cast(pongers: int) -> Cast:
 
 def start_workers(env: dict[str, str], count: int, mode: str) -> list[subprocess.Popen]:
     worker_env = {**env, "TREE_MATCHING": "true" if mode == "matching" else "false"}
-    floor = [sys.executable, str(ROOT / "bench" / "floor.py")]
+    floor = [sys.executable, "-m", "bench.floor"]
     return [
         subprocess.Popen(
             floor if mode == "floor" else worker_argv(f"bench{index}"),
@@ -420,7 +421,9 @@ def describe(label: str, results: Results) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.pingpong", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--pongers", type=int, default=50)
     parser.add_argument("--duration", type=float, default=30.0, help="seconds per mode")
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
@@ -470,8 +473,8 @@ def main() -> None:
 
 def run_in_child(env: dict[str, str], mode: str) -> Results:
     """Each mode runs in a process of its own: nothing carries over between them."""
-    argv = [sys.executable, __file__, "--single", mode, *sys.argv[1:]]
-    done = subprocess.run(argv, env=env, check=True, stdout=subprocess.PIPE, text=True)
+    argv = [sys.executable, "-m", "bench.pingpong", "--single", mode, *sys.argv[1:]]
+    done = subprocess.run(argv, env=env, cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True)
     return Results(**json.loads(done.stdout.strip().splitlines()[-1]))
 
 

@@ -1,9 +1,11 @@
 """The five reports on Spark over 1,000,000 and 10,000,000 delivery records, and the
 same reports in one process with DuckDB over the 1,000,000: where Spark starts to pay.
 
-    python bench/reports.py                          # 1M and 10M, 3 runs of each job
-    python bench/reports.py --sizes 1000000 --runs 1
-    python bench/reports.py --reuse                  # keep (and reuse) generated data
+Run as a module from the repository root, with the project's interpreter (.venv/bin/python):
+
+    python -m bench.reports                          # 1M and 10M, 3 runs of each job
+    python -m bench.reports --sizes 1000000 --runs 1
+    python -m bench.reports --reuse                  # keep (and reuse) generated data
 
 For each size, a database of its own in a private PostgreSQL under var/bench-reports
 (unless DATABASE_URL / REDIS_URL are set) is filled by `manage.py generate_traffic`
@@ -35,17 +37,18 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.services import fresh_database, run_in_process
 
-from bench.services import fresh_database, run_in_process  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 FOLDER = ROOT / "var" / "bench-reports"
 KINDS = ("timeline", "reach", "audit", "tree", "latency")
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.reports", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     parser.add_argument("--servers", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=3)
@@ -128,9 +131,9 @@ def measure(args: argparse.Namespace, env: dict[str, str], size: int) -> dict:
 
 
 def in_child(env: dict[str, str], engine: str, kind: str, runs: int) -> dict:
-    command = [sys.executable, __file__, "--child", engine, kind, "--runs", str(runs)]
-    command += ["--dataset", env["REPORTS_DATASET"]]
-    done = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
+    command = [sys.executable, "-m", "bench.reports", "--child", engine, kind]
+    command += ["--runs", str(runs), "--dataset", env["REPORTS_DATASET"]]
+    done = subprocess.run(command, env=env, cwd=ROOT, check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

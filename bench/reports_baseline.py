@@ -25,8 +25,7 @@ from broker import audit as broker_audit
 from broker.models import Delivery
 from broker.reads.progress import NO_REGION
 from broker.services.tree import MAX_DEPTH
-from reports.compaction import batches
-from reports.dataset import TABLES, Table
+from reports.dataset import TABLES, Table, batches
 from reports.jobs import KINDS, frames
 from reports.jobs import audit as audit_job
 from reports.jobs import latency as latency_job
