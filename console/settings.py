@@ -268,12 +268,12 @@ AGENT_HEARTBEAT_S = env_int("AGENT_HEARTBEAT_S", 10, minimum=1)
 # An agent that confirms the same position, short of its stream's end, for this long is
 # sent the rest again (docs/protocol.md, "The delivery contract").
 AGENT_REDELIVER_AFTER_S = env_int("AGENT_REDELIVER_AFTER_S", 5, minimum=1)
-# A session's "last seen" is written at most this often (a fleet of 100,000 heartbeating
-# every AGENT_HEARTBEAT_S would otherwise write thousands of rows a second); a client
-# not seen for three times this long counts as disconnected (broker.reads.presence).
 # A send from the console that would reach more receivers than this asks the operator
 # to type the count before it goes.
 SEND_CONFIRM_ABOVE = env_int("SEND_CONFIRM_ABOVE", 25, minimum=0)
+# A session's "last seen" is written at most this often (a fleet of 100,000 heartbeating
+# every AGENT_HEARTBEAT_S would otherwise write thousands of rows a second); a client
+# not seen for three times this long counts as disconnected (broker.reads.presence).
 PRESENCE_REFRESH_S = env_int("PRESENCE_REFRESH_S", 30, minimum=1)
 if AGENT_HEARTBEAT_S >= 2 * PRESENCE_REFRESH_S:
     # Idle agents would be seen too rarely to stay within the 3x window.

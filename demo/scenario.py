@@ -1,4 +1,4 @@
-"""The worm-response scenario of SCENARIO.md as data: models, authorities, controllers,
+"""The worm-response scenario of docs/scenario.md as data: models, authorities, controllers,
 web servers and their policy. The demo loads it; the tests play it out."""
 
 from __future__ import annotations

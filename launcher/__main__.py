@@ -144,7 +144,7 @@ def where_the_keys_are(data_dir: Path) -> str:
     """One line saying where the demo's authority and grant keys are, if they are known."""
     path = demo_keys_file(data_dir)
     if path.is_file():
-        return f"authority and grant keys for the attestation API: {path} (see README)"
+        return f"authority and grant keys for the attestation API: {path} (see docs/console.md)"
     return f"authority keys unknown: this database's scenario was loaded before {path} was kept"
 
 

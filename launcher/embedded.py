@@ -159,8 +159,8 @@ class EmbeddedRedis:
         return self.adopted_pid is not None and process_alive(self.adopted_pid)
 
     def restart(self) -> None:
-        """Start a new server on the same socket and data folder; it loads the last
-        snapshot (writes of the last minute at most are lost, see `_command`)."""
+        """Start a new server on the same socket and data folder; it loads its
+        append-only file (the last second of writes at most is lost, see `_command`)."""
         self.process = None
         self.adopted_pid = None
         self.start()

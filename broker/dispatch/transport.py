@@ -1,7 +1,7 @@
 """Hops between dispatchers: Redis streams with consumer groups.
 
 An event travels from dispatcher to dispatcher as a stream entry carrying the event
-itself (`events.wire_of`), so no dispatcher reads it back from PostgreSQL, and an inner
+itself (`routed.wire_of`), so no dispatcher reads it back from PostgreSQL, and an inner
 dispatcher touches no database at all. Each dispatcher has a stream named after its
 queue (`sn-tree:hops:dispatcher.d0.1`), read by the consumer group `dispatchers`: any
 process serving that dispatcher may take an entry, and an entry is theirs until they

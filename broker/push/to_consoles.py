@@ -4,9 +4,10 @@ dispatcher tree's figures (`tree`), the list of events (`events`), one event's
 deliveries (`event.UUID`), the reports' runs (`reports`) or one run (`report.ID`).
 
 A fleet whose agents report their load every few seconds changes all the time, and a
-busy tree drains inboxes all the time, so these topics are announced at most once a
-second per process, and a change inside that second is announced when it ends (never
-dropped: the page must end up current).
+busy tree drains inboxes all the time, so the fleet's and the tree's topics are
+announced at most once a second per process, events' and reports' at most every
+0.25 s, and a change inside that interval is announced when it ends (never dropped:
+the page must end up current); one client's topic goes at once.
 Announcing is best effort: a failure is logged and never fails the change.
 """
 

@@ -1,4 +1,4 @@
-"""The operators' pages. Views stay thin: reads come from selectors/health modules."""
+"""The operators' pages. Views stay thin: reads come from broker.reads and console.health."""
 
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login

@@ -21,7 +21,7 @@ from demo.synthetic.roster import Group
 
 POLICY_AUTHOR = "user:paula"
 # Servers the scenario's own sends never address (not the Northwest, not IIS), so that
-# the demo's worm alert and commands reach whom SCENARIO.md says.
+# the demo's worm alert and commands reach whom docs/scenario.md says.
 QUARANTINE = (
     'region == "Southwest" and software == "nginx"',
     "# Quarantined while the worm is investigated: nothing gets through\naccept false\n",

@@ -1,4 +1,5 @@
-"""SCENARIO.md played out through the real tree: real Celery worker, PostgreSQL, Redis."""
+"""The worm-response scenario (docs/scenario.md) played out through the real tree: a real
+Celery worker, PostgreSQL and Redis."""
 
 import pytest
 

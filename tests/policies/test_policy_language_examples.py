@@ -1,4 +1,4 @@
-"""Every example of POLICY_LANGUAGE.md parses and means what the document says."""
+"""Every example of docs/policy-language.md parses and means what the document says."""
 
 from __future__ import annotations
 

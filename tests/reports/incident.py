@@ -1,4 +1,4 @@
-"""A small worm incident (SCENARIO.md) played through the real service, then exported:
+"""A small worm incident (docs/scenario.md) played through the real service, then exported:
 what the report jobs' tests read. Everything is written by the services a real incident
 goes through (publishing, the tree, agents confirming and answering, the expiry, policy
 and trust changes, refusals), so the dataset has the shapes production data has.

@@ -1,4 +1,4 @@
-"""Load the worm-response scenario (SCENARIO.md) once, for the demo and the benches."""
+"""Load the worm-response scenario (docs/scenario.md) once, for the demo and the benches."""
 
 import time
 from pathlib import Path
