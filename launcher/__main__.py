@@ -213,8 +213,12 @@ def command_test(args: argparse.Namespace) -> int:
     packages that the full tier needs (Chromium, Java)."""
     if args.all:
         subprocess.run([str(ROOT / "scripts" / "install-system-packages")], check=True)
+    env = dict(os.environ)
+    if not args.all:
+        # Property tests try 100 examples each instead of the full tier's 500.
+        env.setdefault("POLICIES_HYPOTHESIS_PROFILE", "policies-dev")
     pytest_args = args.pytest_args if args.all else fast_tier(args.pytest_args)
-    result = subprocess.run([sys.executable, "-m", "pytest", *pytest_args])
+    result = subprocess.run([sys.executable, "-m", "pytest", *pytest_args], env=env)
     if result.returncode == PYTEST_NO_TESTS_COLLECTED:
         hint = "" if args.all else " (those of the full tier run with ./test --all)"
         say(f"no test was collected: that is a failure{hint}")

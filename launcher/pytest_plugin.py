@@ -18,6 +18,7 @@ import secrets
 from pathlib import Path
 
 import pytest
+from pytest_django.lazy_django import django_settings_is_configured
 
 from launcher.embedded import PrivateServers
 
@@ -71,7 +72,7 @@ def provide_test_environment(env) -> None:
 
 
 def pytest_configure(config) -> None:
-    if os.environ.get("DJANGO_SETTINGS_MODULE"):
+    if django_settings_is_configured():
         collect_static_if_changed()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from django.contrib.auth import get_user_model
 
@@ -27,12 +28,22 @@ def create_member(member: Member):
     """Create `member` as a Django user in their role and return it."""
     from django.contrib.auth.models import Group
 
-    user = get_user_model().objects.create_user(
+    user = get_user_model().objects.create(
         username=member.username,
-        password=member.password,
+        password=password_hash(member.password),
         is_staff=member.is_staff,
         is_superuser=member.is_superuser,
     )
     if member.role:
         user.groups.add(Group.objects.get(name=member.role))
     return user
+
+
+@cache
+def password_hash(password: str) -> str:
+    """`password` hashed as Django stores it, once per test process: the hasher takes
+    half a second on purpose, and most tests create their cast anew. A salted hash
+    checks the same whichever salt it has, so every login still checks it for real."""
+    from django.contrib.auth.hashers import make_password
+
+    return make_password(password)

@@ -24,7 +24,7 @@ import pytest
 from pytest_django.lazy_django import django_settings_is_configured
 
 from launcher.supervisor import die_with_parent
-from tests.cast import OPERATOR, create_member
+from tests.cast import ADMINISTRATOR, OPERATOR, create_member
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -238,6 +238,26 @@ def wait_for_worker(process: subprocess.Popen, *, queue: str | None = None) -> N
 def operator(django_user_model):
     """Olivia, an operator without admin rights."""
     return create_member(OPERATOR)
+
+
+@pytest.fixture
+def admin_user(db):
+    """Adam, the administrator, as pytest-django's `admin_client` logs in (its own
+    admin_user hashes a password for every test that uses it)."""
+    return create_member(ADMINISTRATOR)
+
+
+@contextmanager
+def written_for_the_module(django_db_blocker) -> Iterator[None]:
+    """For a module-scoped fixture: rows that the module's tests only read, written
+    once inside a transaction that each test runs in (in a savepoint of its own, so
+    that what a test writes goes with it) and rolled back after the module. Not for
+    modules with transactional tests, which would wait on this transaction."""
+    from django.db import transaction
+
+    with django_db_blocker.unblock(), transaction.atomic():
+        yield
+        transaction.set_rollback(True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -29,6 +29,8 @@ from broker.services.operators import issue_operator_token
 from broker.services.presence import session_opened
 from demo.scenario import load_scenario
 from tests.broker.agent_helpers import ISSUER
+from tests.cast import OPERATOR, create_member
+from tests.conftest import written_for_the_module
 
 pytestmark = pytest.mark.django_db
 
@@ -39,10 +41,16 @@ MOST_QUERIES_PER_LIST = 8
 RECORDS_OF_EACH_KIND = 5
 
 
-@pytest.fixture
-def records(operator):
+@pytest.fixture(scope="module")
+def records(django_db_setup, django_db_blocker):
     """The scenario with a dozen servers, events delivered to them with their hops, and
-    at least RECORDS_OF_EACH_KIND records of every other kind."""
+    at least RECORDS_OF_EACH_KIND records of every other kind; written once for the
+    module, whose tests only read them."""
+    with written_for_the_module(django_db_blocker):
+        yield _records(create_member(OPERATOR))
+
+
+def _records(operator):
     scenario = load_scenario(servers=12)
     servers = list(Client.objects.filter(model__name="web-server"))
     for index in range(RECORDS_OF_EACH_KIND):

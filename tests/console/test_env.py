@@ -143,18 +143,25 @@ READ_BY_NAME = re.compile(
 
 
 def _variables_read() -> set[str]:
-    """Names the settings, console.env and the launcher read from the environment."""
+    """Names the settings, console.env, the launcher and the demo's data folder read from
+    the environment."""
     sources = [ROOT / "console" / "settings.py", ROOT / "console" / "env.py"]
-    sources += sorted((ROOT / "launcher").glob("*.py"))
+    sources += [*sorted((ROOT / "launcher").glob("*.py")), ROOT / "demo" / "data_folder.py"]
     return {name for path in sources for name in READ_BY_NAME.findall(path.read_text())}
 
 
 def _variables_documented() -> set[str]:
-    """Names in the first column of the README's configuration tables."""
-    section = (ROOT / "README.md").read_text().split("## Configuration")[1].split("\n## ")[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    """Names in the first column of the tables of docs/configuration.md's sections
+    "Read by the settings" and "Read by the launcher"."""
+    sections = (ROOT / "docs" / "configuration.md").read_text().split("\n## Read by ")[1:]
+    rows = [
+        line
+        for section in sections
+        for line in section.split("\n## ")[0].splitlines()
+        if line.startswith("| `")
+    ]
     return {name for row in rows for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", row.split("|")[1])}
 
 
-def test_the_readme_lists_exactly_the_variables_the_settings_and_the_launcher_read():
+def test_the_configuration_doc_lists_exactly_the_variables_the_settings_and_launcher_read():
     assert _variables_documented() == _variables_read()

@@ -9,7 +9,7 @@ from broker.models import AuditEntry
 from reports.compaction import compact_dataset
 from reports.dataset import batches
 from reports.export import export_changes
-from reports.spark import Dataset, session
+from reports.spark import Dataset
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 
@@ -20,12 +20,12 @@ def entry(action: str) -> AuditEntry:
     )
 
 
-def audit_rows(root) -> list[tuple]:
-    frame = Dataset(session(), root).table("audit")
+def audit_rows(spark, root) -> list[tuple]:
+    frame = Dataset(spark, root).table("audit")
     return sorted((row.id, row.reason, row.txid) for row in frame.collect())
 
 
-def test_many_batches_become_one_that_reads_the_same_latest_versions(settings, tmp_path):
+def test_many_batches_become_one_that_reads_the_same_latest_versions(spark, settings, tmp_path):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
     first, second = entry("test.first"), entry("test.second")
     export_changes()
@@ -34,22 +34,22 @@ def test_many_batches_become_one_that_reads_the_same_latest_versions(settings, t
         export_changes()
     entry("test.third")
     export_changes()
-    before = audit_rows(root)
+    before = audit_rows(spark, root)
     assert len(batches(root / "audit")) == 5
 
-    assert compact_dataset(session(), root, at_least=2) == {"audit": 5}
+    assert compact_dataset(spark, root, at_least=2) == {"audit": 5}
 
     assert len(batches(root / "audit")) == 1
-    assert audit_rows(root) == before
+    assert audit_rows(spark, root) == before
     assert next(r for r in before if r[0] == first.pk)[1] == "thrice"
     AuditEntry.objects.filter(pk=second.pk).update(reason="after compaction")
     export_changes()
-    assert {r[0]: r[1] for r in audit_rows(root)}[second.pk] == "after compaction"
-    assert len(audit_rows(root)) == len(before)
+    assert {r[0]: r[1] for r in audit_rows(spark, root)}[second.pk] == "after compaction"
+    assert len(audit_rows(spark, root)) == len(before)
 
 
-def test_a_table_with_few_batches_is_left_alone(settings, tmp_path):
+def test_a_table_with_few_batches_is_left_alone(spark, settings, tmp_path):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
     entry("test.only")
     export_changes()
-    assert compact_dataset(session(), root) == {}
+    assert compact_dataset(spark, root) == {}
