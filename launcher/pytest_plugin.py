@@ -77,9 +77,14 @@ def pytest_configure(config) -> None:
 
 
 def pytest_unconfigure(config) -> None:
+    if _servers is None:
+        return
+    if django_settings_is_configured():
+        from broker.push.to_consoles import settle
+
+        settle()  # what the tests announced last is sent before Redis goes
     # Servers another run started (a second run in the same checkout) are left to it.
-    if _servers is not None:
-        _servers.stop(adopted_too=False)
+    _servers.stop(adopted_too=False)
 
 
 def collect_static_if_changed() -> None:

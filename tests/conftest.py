@@ -247,19 +247,6 @@ def admin_user(db):
     return create_member(ADMINISTRATOR)
 
 
-@contextmanager
-def written_for_the_module(django_db_blocker) -> Iterator[None]:
-    """For a module-scoped fixture: rows that the module's tests only read, written
-    once inside a transaction that each test runs in (in a savepoint of its own, so
-    that what a test writes goes with it) and rolled back after the module. Not for
-    modules with transactional tests, which would wait on this transaction."""
-    from django.db import transaction
-
-    with django_db_blocker.unblock(), transaction.atomic():
-        yield
-        transaction.set_rollback(True)
-
-
 @pytest.fixture(scope="session", autouse=True)
 def no_lingering_connections_in_the_test_process():
     """Threads of this process (async helpers) open connections of their own that no

@@ -105,6 +105,17 @@ def announce(topics: Iterable[str], *, interval: float = ANNOUNCE_INTERVAL_S) ->
     _send(due)
 
 
+def settle(timeout_s: float = 2.0) -> None:
+    """Wait, at most `timeout_s`, until every announcement made so far was sent (or
+    failed): for a process about to stop the Redis it announces through."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with _lock:
+            if not (_pending or _queued or _flushing):
+                return
+        time.sleep(0.05)
+
+
 def _later(delay: float, topic: str) -> None:
     timer = threading.Timer(delay, _send_pending, args=[topic])
     timer.daemon = True

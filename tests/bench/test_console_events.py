@@ -15,15 +15,18 @@ from bench.console_events import (
 )
 from broker.models import Delivery, ReceiverStream
 from broker.reads.progress import event_progress
-from demo.scenario import load_scenario
+from tests.module_data import copy_for_the_test, scenario_for_the_module
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 State = Delivery.State
 
 
+loaded_scenario = scenario_for_the_module(servers=40)
+
+
 @pytest.fixture
-def scenario():
-    return load_scenario(servers=40)
+def scenario(loaded_scenario):
+    return copy_for_the_test(loaded_scenario)
 
 
 def test_the_alert_has_one_delivery_per_northwest_server_in_the_shares_states(scenario):

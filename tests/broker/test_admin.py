@@ -30,7 +30,7 @@ from broker.services.presence import session_opened
 from demo.scenario import load_scenario
 from tests.broker.agent_helpers import ISSUER
 from tests.cast import OPERATOR, create_member
-from tests.conftest import written_for_the_module
+from tests.module_data import written_for_the_module
 
 pytestmark = pytest.mark.django_db
 

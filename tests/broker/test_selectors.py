@@ -10,17 +10,20 @@ from broker.models import Client, Delivery, Event
 from broker.reads.clients import clients_with_attributes, current_attributes
 from broker.reads.events import event_status
 from broker.services.events import publish_event
-from demo.scenario import load_scenario
 from tests.broker.agent_helpers import ISSUER
+from tests.module_data import copy_for_the_test, scenario_for_the_module
 
 pytestmark = pytest.mark.django_db
 
 COMMAND = {"kind": "command", "action": "disable-cgi"}
 
 
+loaded_scenario = scenario_for_the_module(servers=100)
+
+
 @pytest.fixture
-def scenario():
-    return load_scenario(servers=100)
+def scenario(loaded_scenario):
+    return copy_for_the_test(loaded_scenario)
 
 
 def test_a_page_of_a_hundred_clients_with_their_attributes_takes_two_queries(

@@ -6,7 +6,8 @@ from django.urls import reverse
 from broker.audit import Actor
 from broker.models import AuditEntry, PolicyVersion
 from broker.services.events import publish_event
-from demo.scenario import WEB_SERVER_POLICY, load_scenario
+from demo.scenario import WEB_SERVER_POLICY
+from tests.module_data import copy_for_the_test, scenario_for_the_module
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 
@@ -15,9 +16,12 @@ ONLY_ALERTS = """accept event.alert exists and event.threat_level >= 4
     and sender.region == "Northwest" and sender.trust >= 2"""
 
 
+loaded_scenario = scenario_for_the_module(servers=12)
+
+
 @pytest.fixture
-def scenario():
-    return load_scenario(servers=12)
+def scenario(loaded_scenario):
+    return copy_for_the_test(loaded_scenario)
 
 
 def test_the_editor_starts_from_the_current_policy_of_the_chosen_receivers(as_author, scenario):

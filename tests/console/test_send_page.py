@@ -9,8 +9,9 @@ from broker.models import AuditEntry, Event
 from broker.roles import OPERATOR
 from broker.services.policies import set_policy
 from broker.services.sending import grant_sending
-from demo.scenario import OVERLOADED, VULNERABLE, WORM_ALERT, load_scenario
+from demo.scenario import OVERLOADED, VULNERABLE, WORM_ALERT
 from tests.cast import OPERATOR as OLIVIA_MEMBER
+from tests.module_data import copy_for_the_test, scenario_for_the_module
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 
@@ -32,13 +33,18 @@ DISABLE_CGI = {
 }
 
 
-@pytest.fixture
-def scenario():
-    scenario = load_scenario(servers=40)
+def operators_send_as_every_controller(scenario) -> None:
     operators = Group.objects.get(name=OPERATOR.name)
     for name in ("northwest-controller", "intellimune-national", "rogue-controller"):
         grant_sending(client=scenario.controllers[name], holder=operators, actor=Actor("test", "t"))
-    return scenario
+
+
+loaded_scenario = scenario_for_the_module(servers=40, then=operators_send_as_every_controller)
+
+
+@pytest.fixture
+def scenario(loaded_scenario):
+    return copy_for_the_test(loaded_scenario)
 
 
 def northwest_servers(scenario) -> int:
