@@ -218,7 +218,7 @@ def command_test(args: argparse.Namespace) -> int:
         # Property tests try 100 examples each instead of the full tier's 500.
         env.setdefault("POLICIES_HYPOTHESIS_PROFILE", "policies-dev")
     pytest_args = args.pytest_args if args.all else fast_tier(args.pytest_args)
-    result = subprocess.run([sys.executable, "-m", "pytest", *pytest_args], env=env)
+    result = subprocess.run([sys.executable, "-m", "pytest", *in_parallel(pytest_args)], env=env)
     if result.returncode == PYTEST_NO_TESTS_COLLECTED:
         hint = "" if args.all else " (those of the full tier run with ./test --all)"
         say(f"no test was collected: that is a failure{hint}")
@@ -227,6 +227,14 @@ def command_test(args: argparse.Namespace) -> int:
 
 
 FAST_TIER = "not full"
+
+
+def in_parallel(pytest_args: list[str]) -> list[str]:
+    """`pytest_args` running the tests in as many processes as there are cores, a test
+    module's tests in the same process (they share module-scoped set-ups), unless the
+    arguments choose (`-n 0` runs them in this one process, for a debugger)."""
+    chosen = any(arg == "-n" or arg.startswith(("-n", "--numprocesses")) for arg in pytest_args)
+    return pytest_args if chosen else ["-n", "auto", "--dist", "loadfile", *pytest_args]
 
 
 def fast_tier(pytest_args: list[str]) -> list[str]:

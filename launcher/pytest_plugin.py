@@ -16,6 +16,7 @@ import hashlib
 import os
 import secrets
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 from pytest_django.lazy_django import django_settings_is_configured
@@ -69,6 +70,32 @@ def provide_test_environment(env) -> None:
     if not env.get("DATABASE_URL") or not env.get("REDIS_URL"):
         _servers = PrivateServers(TEST_DATA)
         _servers.provide(env)  # starts what is missing and sets its URL in `env`
+    if env.get(XDIST_WORKER):  # one of several processes running the tests (pytest -n N)
+        keep_apart_in_redis(env, env[XDIST_WORKER])
+
+
+# Set by pytest-xdist in each of the processes it runs the tests in: gw0, gw1...
+XDIST_WORKER = "PYTEST_XDIST_WORKER"
+REDIS_URLS = ("REDIS_URL", "CHANNEL_LAYER_URL", "CELERY_BROKER_URL")
+
+
+def keep_apart_in_redis(env, worker: str) -> None:
+    """Give this test process a Redis database of its own (gw0 -> 1, gw1 -> 2, ...):
+    queues, hop streams and channel-layer groups of two processes must never meet.
+    (PostgreSQL needs nothing: pytest-django names each process's test database.)"""
+    index = int(worker.removeprefix("gw")) + 1
+    for name in REDIS_URLS:
+        if env.get(name):
+            env[name] = with_redis_database(env[name], index)
+
+
+def with_redis_database(url: str, index: int) -> str:
+    """`url` (redis://, rediss:// or unix://) choosing database `index`."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        query = [(k, v) for k, v in parse_qsl(parts.query) if k != "db"] + [("db", str(index))]
+        return f"unix://{parts.netloc}{parts.path}?{urlencode(query)}"
+    return urlunsplit(parts._replace(path=f"/{index}"))
 
 
 def pytest_configure(config) -> None:
