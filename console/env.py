@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
@@ -149,6 +149,7 @@ def celery_broker_url_for(redis_url: str) -> str:
     parts = urlsplit(redis_url)
     if parts.scheme != "unix":
         return redis_url
-    # Kombu spells a Redis unix socket as redis+socket:// and takes the db as a query.
-    query = f"?{parts.query}" if parts.query else ""
-    return f"redis+socket://{parts.path}{query}"
+    # Kombu spells a Redis unix socket as redis+socket:// and takes the database as the
+    # query's virtual_host: a `db` there is overwritten with database 0.
+    query = [("virtual_host" if k == "db" else k, v) for k, v in parse_qsl(parts.query)]
+    return f"redis+socket://{parts.path}" + (f"?{urlencode(query)}" if query else "")

@@ -190,8 +190,10 @@ CACHES = {
 # Celery: JSON only, late acknowledgement so a worker that dies mid-task loses nothing,
 # one message prefetched per process, and no result backend (tasks report through the
 # database or Redis keys, never through results).
-CELERY_BROKER_URL = check_redis_url("CELERY_BROKER_URL", env_str("CELERY_BROKER_URL", REDIS_URL))
-CELERY_BROKER_URL = celery_broker_url_for(CELERY_BROKER_URL)
+# The tree's hops travel as Redis streams beside Celery's messages (broker/dispatch/
+# transport.py): the same server and database, spelled as redis-py reads it.
+HOPS_REDIS_URL = check_redis_url("CELERY_BROKER_URL", env_str("CELERY_BROKER_URL", REDIS_URL))
+CELERY_BROKER_URL = celery_broker_url_for(HOPS_REDIS_URL)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A worker that loses Redis reconnects (after 2, 4, 6 ... 30 s) for as long as it takes,
 # rather than exiting after 100 attempts. Tasks it was running when the connection went

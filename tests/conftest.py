@@ -98,7 +98,8 @@ def daphne_serving(env: dict[str, str] | None = None) -> Iterator[str]:
     port = free_port()
     argv = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
     environment = {**environment_for_test_database(), **(env or {})}
-    process = subprocess.Popen(argv, env=environment, cwd=ROOT)
+    # It dies with the test process, so that no server outlives an interrupted run.
+    process = subprocess.Popen(argv, env=environment, cwd=ROOT, preexec_fn=die_with_parent)
     base_url = f"http://127.0.0.1:{port}"
     try:
         wait_for_http(f"{base_url}/login/", process)

@@ -64,8 +64,7 @@ class Entry:
 @cache
 def broker_redis() -> redis.Redis:
     """The Redis that carries Celery's messages carries the hops too."""
-    # Kombu spells a socket redis+socket://; redis-py wants unix://.
-    return redis.Redis.from_url(settings.CELERY_BROKER_URL.replace("redis+socket://", "unix://"))
+    return redis.Redis.from_url(settings.HOPS_REDIS_URL)
 
 
 def stream_name(queue: str) -> str:

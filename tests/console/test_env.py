@@ -82,7 +82,11 @@ def test_redis_urls_must_be_redis_or_unix_sockets():
 
 
 def test_celery_gets_the_socket_spelling_of_a_unix_redis_url():
-    assert celery_broker_url_for("unix:///v/redis.sock?db=0") == "redis+socket:///v/redis.sock?db=0"
+    # Kombu takes a socket's database as virtual_host, and would put `db` back to 0.
+    assert (
+        celery_broker_url_for("unix:///v/redis.sock?db=3")
+        == "redis+socket:///v/redis.sock?virtual_host=3"
+    )
     assert celery_broker_url_for("redis://h:6379/1") == "redis://h:6379/1"
 
 
