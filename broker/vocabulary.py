@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Exists, OuterRef
 
@@ -254,7 +255,7 @@ def refused_only_if_current(
 # How long a process routes with what it read of the vocabulary (and the tree's state
 # of the summaries, broker.dispatch.state) without asking PostgreSQL again: this keeps
 # inner dispatchers off the database.
-FRESH_FOR_S = 0.5
+FRESH_FOR_S = settings.TREE_FRESH_FOR_MS / 1000
 
 _routing: tuple[float, Vocabulary] | None = None
 

@@ -234,6 +234,11 @@ TREE_MATCHING = env_bool("TREE_MATCHING", default=True)
 # Hop consumer threads per tree-worker process (broker/dispatch/consumer.py): more than
 # one, so that a hop waits for no other dispatcher's database work in that process.
 TREE_CONSUMER_THREADS = env_int("TREE_CONSUMER_THREADS", 3, minimum=1)
+# How long a process routes with what it read of the vocabulary and the summaries
+# without asking PostgreSQL again (broker.vocabulary.FRESH_FOR_S); a grown summary is in
+# force everywhere after twice this long. Shorter: more reads, and a tree that settles
+# sooner after a change (the tests run with 50 ms).
+TREE_FRESH_FOR_MS = env_int("TREE_FRESH_FOR_MS", 500, minimum=10)
 
 # Reports (docs/reports.md). Spark runs in this process's JVM unless a master URL is set;
 # on a cluster, REPORTS_DATASET must be a path every executor sees.

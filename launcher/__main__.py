@@ -209,24 +209,37 @@ def command_run(args: argparse.Namespace) -> int:
 
 def command_test(args: argparse.Namespace) -> int:
     """Run the tests with pytest (launcher.pytest_plugin sets up their environment and
-    servers): the fast tier, or with --all every tier, after installing the system
-    packages that the full tier needs (Chromium, Java)."""
-    if args.all:
-        subprocess.run([str(ROOT / "scripts" / "install-system-packages")], check=True)
-    env = dict(os.environ)
+    servers): the fast tier in parallel processes; with --all, after installing the
+    system packages the full tier needs (Chromium, Java), the full tier after it in
+    one process."""
+    fast_args = in_parallel(within_tier(args.pytest_args, FAST_TIER))
     if not args.all:
         # Property tests try 100 examples each instead of the full tier's 500.
-        env.setdefault("POLICIES_HYPOTHESIS_PROFILE", "policies-dev")
-    pytest_args = args.pytest_args if args.all else fast_tier(args.pytest_args)
-    result = subprocess.run([sys.executable, "-m", "pytest", *in_parallel(pytest_args)], env=env)
-    if result.returncode == PYTEST_NO_TESTS_COLLECTED:
+        env = {"POLICIES_HYPOTHESIS_PROFILE": "policies-dev", **os.environ}
+        codes = [pytest_run(fast_args, env)]
+    else:
+        subprocess.run([str(ROOT / "scripts" / "install-system-packages")], check=True)
+        # In one process: each of its tests runs a whole stack (tree worker, web, Spark),
+        # several of which read PostgreSQL's oldest running transaction, which every
+        # database of the server shares; two such processes would hold each other back,
+        # and two stacks on two cores miss the timings the tests allow.
+        full_args = ["-n", "0", *within_tier(args.pytest_args, FULL_TIER)]
+        codes = [pytest_run(fast_args, dict(os.environ)), pytest_run(full_args, dict(os.environ))]
+    ran = [code for code in codes if code != PYTEST_NO_TESTS_COLLECTED]
+    if not ran:
         hint = "" if args.all else " (those of the full tier run with ./test --all)"
         say(f"no test was collected: that is a failure{hint}")
         return 1
-    return result.returncode
+    return max(ran)
+
+
+def pytest_run(pytest_args: list[str], env: dict[str, str]) -> int:
+    """Run pytest with these arguments in this environment; its exit code."""
+    return subprocess.run([sys.executable, "-m", "pytest", *pytest_args], env=env).returncode
 
 
 FAST_TIER = "not full"
+FULL_TIER = "full"
 
 
 def in_parallel(pytest_args: list[str]) -> list[str]:
@@ -237,18 +250,18 @@ def in_parallel(pytest_args: list[str]) -> list[str]:
     return pytest_args if chosen else ["-n", "auto", "--dist", "loadfile", *pytest_args]
 
 
-def fast_tier(pytest_args: list[str]) -> list[str]:
-    """`pytest_args` selecting the fast tier's tests only; a marker expression given
-    (`-m EXPR`) still applies, within the fast tier."""
+def within_tier(pytest_args: list[str], tier: str) -> list[str]:
+    """`pytest_args` selecting `tier`'s tests only; a marker expression given (`-m
+    EXPR`) still applies, within the tier."""
     args = list(pytest_args)
     for index, arg in enumerate(args):
         if arg == "-m" and index + 1 < len(args):
-            args[index + 1] = f"({args[index + 1]}) and {FAST_TIER}"
+            args[index + 1] = f"({args[index + 1]}) and {tier}"
             return args
         if arg.startswith("-m") and len(arg) > 2:
-            args[index] = f"-m({arg[2:]}) and {FAST_TIER}"
+            args[index] = f"-m({arg[2:]}) and {tier}"
             return args
-    return ["-m", FAST_TIER, *args]
+    return ["-m", tier, *args]
 
 
 def command_services(args: argparse.Namespace) -> int:

@@ -36,6 +36,8 @@ TEST_SETTINGS = {
     # Agents confirm, and are sent what they lack, within seconds rather than tens.
     "AGENT_HEARTBEAT_S": "2",
     "AGENT_REDELIVER_AFTER_S": "2",
+    # The tree settles after a change within a tenth of a second rather than one.
+    "TREE_FRESH_FOR_MS": "50",
 }
 _servers: PrivateServers | None = None
 

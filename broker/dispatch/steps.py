@@ -40,9 +40,10 @@ from broker.vocabulary import FRESH_FOR_S, stored_selector, vocabulary
 
 UP = TrafficRecord.Direction.UP
 DOWN = TrafficRecord.Direction.DOWN
-# Processes route with summaries read at most FRESH_FOR_S ago: after this, a grown summary
-# is in force in every one of them.
-SUMMARY_IN_FORCE_AFTER_S = FRESH_FOR_S + 0.5
+# Processes route with summaries read at most FRESH_FOR_S ago: after twice that (the
+# read, and a margin as long for the hop already on its way), a grown summary is in
+# force in every one of them.
+SUMMARY_IN_FORCE_AFTER_S = 2 * FRESH_FOR_S
 
 
 @dataclass(frozen=True)
