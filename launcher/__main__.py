@@ -219,10 +219,9 @@ def command_test(args: argparse.Namespace) -> int:
         codes = [pytest_run(fast_args, env)]
     else:
         subprocess.run([str(ROOT / "scripts" / "install-system-packages")], check=True)
-        # In one process: each of its tests runs a whole stack (tree worker, web, Spark),
-        # several of which read PostgreSQL's oldest running transaction, which every
-        # database of the server shares; two such processes would hold each other back,
-        # and two stacks on two cores miss the timings the tests allow.
+        # In one process: each test of the full tier runs a whole stack (tree worker,
+        # web, Spark) and allows it the time it takes on a machine doing nothing else;
+        # two stacks on two cores miss those times (measured: 2 to 8 failures a run).
         full_args = ["-n", "0", *within_tier(args.pytest_args, FULL_TIER)]
         codes = [pytest_run(fast_args, dict(os.environ)), pytest_run(full_args, dict(os.environ))]
     ran = [code for code in codes if code != PYTEST_NO_TESTS_COLLECTED]

@@ -70,21 +70,38 @@ def provide_test_environment(env) -> None:
     for name, value in TEST_SETTINGS.items():
         env.setdefault(name, value)
     if not env.get("DATABASE_URL") or not env.get("REDIS_URL"):
+        if not env.get("DATABASE_URL"):
+            env[PRIVATE_POSTGRES] = "1"
         _servers = PrivateServers(TEST_DATA)
         _servers.provide(env)  # starts what is missing and sets its URL in `env`
     if env.get(XDIST_WORKER):  # one of several processes running the tests (pytest -n N)
-        keep_apart_in_redis(env, env[XDIST_WORKER])
+        keep_apart(env, env[XDIST_WORKER])
+
+
+def keep_apart(env, worker: str) -> None:
+    """Give this test process a Redis database and, when the run started its own
+    PostgreSQL, a PostgreSQL server of its own. A database of its own on a shared
+    server would not do: the tree's leaves and the reports' export read the server's
+    oldest running transaction, which every database of a server shares, so another
+    process's long transaction would hold this one's work back."""
+    global _servers
+    keep_apart_in_redis(env, worker)
+    if env.get(PRIVATE_POSTGRES):
+        del env["DATABASE_URL"]
+        _servers = PrivateServers(TEST_DATA / worker)
+        _servers.provide(env)  # PostgreSQL alone: REDIS_URL is set
 
 
 # Set by pytest-xdist in each of the processes it runs the tests in: gw0, gw1...
 XDIST_WORKER = "PYTEST_XDIST_WORKER"
+# Set by this plugin when the run started its own PostgreSQL, for its other processes.
+PRIVATE_POSTGRES = "SN_TESTS_PRIVATE_POSTGRES"
 REDIS_URLS = ("REDIS_URL", "CHANNEL_LAYER_URL", "CELERY_BROKER_URL")
 
 
 def keep_apart_in_redis(env, worker: str) -> None:
     """Give this test process a Redis database of its own (gw0 -> 1, gw1 -> 2, ...):
-    queues, hop streams and channel-layer groups of two processes must never meet.
-    (PostgreSQL needs nothing: pytest-django names each process's test database.)"""
+    queues, hop streams and channel-layer groups of two processes must never meet."""
     index = int(worker.removeprefix("gw")) + 1
     for name in REDIS_URLS:
         if env.get(name):

@@ -52,7 +52,9 @@ ALERTS_ONLY_POLICY = """\
 # alerts only, during the incident
 accept event.alert exists and event.threat_level >= 4
 """
-STATUS_LIFETIME_S = 3  # the status command expires during the incident
+# The status command expires during the incident, once routed to every server (a
+# machine busy with other tests may take seconds to route it).
+STATUS_LIFETIME_S = 6
 WINDOW_MARGIN = timedelta(minutes=30)
 
 
