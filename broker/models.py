@@ -41,6 +41,11 @@ class ClientModel(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Whether some client of this model can receive, or send: set by a trigger on every
+    # write of clients (migration 0019), never unset (clients are never deleted). The
+    # vocabulary's roles come from these (broker/vocabulary.py).
+    has_receivers = models.BooleanField(default=False, db_default=False, editable=False)
+    has_senders = models.BooleanField(default=False, db_default=False, editable=False)
 
     def __str__(self) -> str:
         return self.name

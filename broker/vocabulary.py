@@ -28,9 +28,8 @@ from typing import TypeVar
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Exists, OuterRef
 
-from broker.models import Client, EventAttribute, ModelAttribute
+from broker.models import ClientModel, EventAttribute, ModelAttribute
 from policies import (
     AttributeType,
     Policy,
@@ -135,12 +134,12 @@ def _cached(cache: dict[str, Parsed], text: str, parse: Callable[[str], Parsed])
 def receiver_vocabulary() -> dict[str, str]:
     """{name: type} declared by the models of clients that can receive (active or
     not: clients are never deleted, so the vocabulary only grows)."""
-    return _role_vocabulary(can_receive=True)
+    return _role_vocabulary(has_receivers=True)
 
 
 def sender_vocabulary() -> dict[str, str]:
     """{name: type} declared by the models of clients that can send."""
-    return _role_vocabulary(can_send=True)
+    return _role_vocabulary(has_senders=True)
 
 
 def event_vocabulary() -> dict[str, str]:
@@ -149,9 +148,8 @@ def event_vocabulary() -> dict[str, str]:
 
 
 def _role_vocabulary(**role: bool) -> dict[str, str]:
-    used = Client.objects.filter(model_id=OuterRef("model_id"), **role)
-    rows = ModelAttribute.objects.filter(Exists(used)).order_by().values_list("name", "type")
-    return dict(rows.distinct())
+    rows = ModelAttribute.objects.filter(**{f"model__{k}": v for k, v in role.items()})
+    return dict(rows.order_by().values_list("name", "type").distinct())
 
 
 def model_vocabulary() -> dict[str, str]:
@@ -168,8 +166,9 @@ _known: dict[str, tuple[tuple, Vocabulary]] = {}
 
 def vocabulary() -> Vocabulary:
     """The current vocabulary, cached per process and read again when a model
-    attribute, an event attribute or a client was added or removed since (one short
-    query tells). The same content keeps the same object, and so its parse caches."""
+    attribute or an event attribute was added or removed, or a model got its first
+    receiver or sender, since (one short query tells). The same content keeps the same
+    object, and so its parse caches."""
     return stamped_vocabulary()[1]
 
 
@@ -217,12 +216,20 @@ def _vocabulary_stamp() -> tuple:
 
 def _stamp_parts() -> tuple[str, ...]:
     # Sequences never hand out an id twice, so a new row always moves a maximum; the
-    # counts see removals. Clients are many and never deleted: their maximum suffices.
+    # counts see removals. Which models receive and send is read from their flags
+    # (kept by a trigger, see ClientModel), not from the clients: counting 100,000
+    # clients would cost every publish, and their largest id misses a client whose
+    # transaction took its id before another's and committed after it.
     tables = [ModelAttribute._meta.db_table, EventAttribute._meta.db_table]
     parts = []
     for table in tables:
         parts += [f"(SELECT count(*) FROM {table})", f"(SELECT max(id) FROM {table})"]
-    return (*parts, f"(SELECT max(id) FROM {Client._meta.db_table})")
+    models = ClientModel._meta.db_table
+    roles = [f"(SELECT count(*) FROM {models} WHERE {flag})" for flag in ROLE_FLAGS]
+    return (*parts, *roles)
+
+
+ROLE_FLAGS = ("has_receivers", "has_senders")
 
 
 # What the vocabulary is read from: SQL expressions, each a number (NULL for none).

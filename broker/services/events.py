@@ -90,8 +90,8 @@ def publish_event(
         if earlier is not None:
             return earlier
         # The last attempt is checked against the vocabulary read just before it, without
-        # the statement comparing stamps: a vocabulary that keeps moving (a fleet being
-        # enrolled moves it with every client) must not stop publishing.
+        # the statement comparing stamps: a vocabulary that keeps moving (models or event
+        # attributes declared all the time) must not stop publishing.
         checked = stamp if attempt < VOCABULARY_ATTEMPTS else None
         event = _publish_or_earlier(sender, request, key, origin, checked, audited)
         if event is not None:

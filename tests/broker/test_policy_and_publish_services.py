@@ -260,9 +260,11 @@ def test_an_event_checked_before_a_declaration_is_checked_again_under_it(scenari
 
 
 def test_a_vocabulary_that_keeps_moving_does_not_stop_publishing(scenario, monkeypatch):
-    # A fleet being enrolled moves the vocabulary's stamp with every client.
+    # Declarations that keep coming (models, event attributes) keep moving the stamp.
     words = events.stamped_vocabulary()[1]
-    monkeypatch.setattr(events, "stamped_vocabulary", lambda **_: ((-1,) * 5, words))
+    monkeypatch.setattr(
+        events, "stamped_vocabulary", lambda **_: ((-1,) * len(events.VOCABULARY_STAMP), words)
+    )
     statements = StatementCounter()
     with connection.execute_wrapper(statements):
         event = publish_event(sender=scenario.controllers["northwest-controller"], content={"n": 1})

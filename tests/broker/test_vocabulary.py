@@ -4,6 +4,7 @@ parsed with it."""
 import logging
 
 import pytest
+from django.db import connections
 
 from broker.audit import Actor
 from broker.errors import InvalidInput
@@ -122,3 +123,34 @@ def test_a_refusal_under_a_vocabulary_that_moved_is_checked_again_under_the_new_
         lambda w: w.policy("accept event.urgent"), stamp, words
     )
     assert current is not words and policy.accepts({}, {"urgent": True})
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+def test_a_model_counts_once_its_first_receiver_commits_whatever_the_order_of_commits():
+    # Another writer takes a client id before this process's next client and commits
+    # after it: the largest id does not move when it commits, the models in use do.
+    load_scenario(servers=0)
+    probe = create_client_model(
+        name="probe", attributes=[AttributeSpec("latency_ms", "int")], actor=SETUP
+    )
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            other.set_autocommit(False)
+            cursor.execute(INSERT_CLIENT, ["probe-1", probe.pk])
+            assert "latency_ms" not in vocabulary().receiver
+            register_client(
+                name="later-1", model=probe, can_send=True, can_receive=False, actor=SETUP
+            )  # committed with a larger id than probe-1's
+            assert "latency_ms" not in vocabulary().receiver
+            other.commit()
+    finally:
+        other.close()
+    assert vocabulary().receiver["latency_ms"] is AttributeType.INT
+
+
+INSERT_CLIENT = """
+INSERT INTO broker_client (name, model_id, can_send, can_receive, secret_hash, is_active,
+                           created_at)
+VALUES (%s, %s, false, true, '-', true, now())
+"""
