@@ -129,7 +129,7 @@ def test_a_refusal_under_a_vocabulary_that_moved_is_checked_again_under_the_new_
 def test_a_model_counts_once_its_first_receiver_commits_whatever_the_order_of_commits():
     # Another writer takes a client id before this process's next client and commits
     # after it: the largest id does not move when it commits, the models in use do.
-    load_scenario(servers=0)
+    controller = load_scenario(servers=0).controller_model
     probe = create_client_model(
         name="probe", attributes=[AttributeSpec("latency_ms", "int")], actor=SETUP
     )
@@ -140,7 +140,7 @@ def test_a_model_counts_once_its_first_receiver_commits_whatever_the_order_of_co
             cursor.execute(INSERT_CLIENT, ["probe-1", probe.pk])
             assert "latency_ms" not in vocabulary().receiver
             register_client(
-                name="later-1", model=probe, can_send=True, can_receive=False, actor=SETUP
+                name="later-1", model=controller, can_send=True, can_receive=False, actor=SETUP
             )  # committed with a larger id than probe-1's
             assert "latency_ms" not in vocabulary().receiver
             other.commit()
