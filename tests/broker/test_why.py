@@ -10,18 +10,11 @@ from broker.reads.why import why
 from broker.services.authorities import attest_attributes
 from broker.services.clients import state_attributes
 from broker.services.events import publish_event
-from demo.scenario import load_scenario
+from demo.scenario import WORM_ALERT, load_scenario
 from tests.broker.tree_helpers import wait_until_idle
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 
-WORM_ALERT = {
-    "kind": "alert",
-    "alert": "worm",
-    "threat_level": 4,
-    "target": "IIS",
-    "version": "2.4.*",
-}
 NORTHWEST = 'region == "Northwest"'
 NORTHWEST_SERVER = "web-00004"  # servers take the regions in turn: 0 and 4 are Northwest
 SOUTHEAST_SERVER = "web-00003"
