@@ -8,6 +8,8 @@
   Redis servers under var/test/ (started here, stopped at the end) unless DATABASE_URL
   and REDIS_URL name servers already running. Static files are collected again only
   when they changed since the last run.
+- Run in parallel (`pytest -n N`, as ./test does), each test process gets a Redis
+  database and, when the run started its own, a PostgreSQL server of its own.
 """
 
 from __future__ import annotations
