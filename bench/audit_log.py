@@ -142,8 +142,8 @@ def load(entries: int) -> None:
     from django.db import connection, transaction
     from django.utils import timezone
 
-    from broker.bulk import copy_rows
     from broker.models import AuditEntry
+    from demo.bulk import copy_rows
 
     call_command("collectstatic", interactive=False, verbosity=0)  # pages link to them
     missing = entries - AuditEntry.objects.count()

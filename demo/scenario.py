@@ -15,7 +15,6 @@ from django.utils import timezone
 from broker import audit
 from broker.attributes import check_values
 from broker.audit import Actor
-from broker.bulk import copy_rows
 from broker.credentials import key_digest, new_secret
 from broker.dispatch import entry
 from broker.models import (
@@ -36,6 +35,7 @@ from broker.services.clients import (
 from broker.services.event_attributes import EventAttributeSpec, declare_event_attributes
 from broker.services.policies import canonical_policy, set_policy
 from broker.services.tree import spread_over_leaves
+from demo.bulk import copy_rows
 
 SETUP = Actor("system", "scenario")
 

@@ -11,7 +11,6 @@ from datetime import datetime
 from django.db import transaction
 
 from broker.attributes import check_values
-from broker.bulk import copy_rows
 from broker.credentials import key_digest, new_secret
 from broker.dispatch import entry
 from broker.models import (
@@ -23,6 +22,7 @@ from broker.models import (
     ClientToken,
 )
 from broker.services.tree import spread_over_leaves
+from demo.bulk import copy_rows
 from demo.scenario import REGIONS, bulk_add_web_servers, load_scenario
 from demo.synthetic.clock import MINUTE, US, to_datetime, to_us
 from demo.synthetic.moves import OPERATOR

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
-from broker.bulk import copy_rows
 from broker.dispatch import entry
 from broker.models import AttributeValue, Authority, Client, PolicyVersion
+from demo.bulk import copy_rows
 from demo.synthetic.clock import to_datetime
 from demo.synthetic.incident import Incident
 from demo.synthetic.policies import POLICY_AUTHOR, PolicyChange

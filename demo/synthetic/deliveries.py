@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from django.db import connection, transaction
 
-from broker.bulk import NULL, copy_escape, copy_text
 from broker.models import AuditEntry, Client, Delivery, ReceiverStream
+from demo.bulk import NULL, copy_escape, copy_text
 from demo.synthetic.clock import MS, US, Stamps
 from demo.synthetic.incident import Fate, behaviour
 from demo.synthetic.roster import Fleet, Receiver

@@ -8,10 +8,10 @@ from __future__ import annotations
 import random
 
 from broker.audit import ATTRIBUTE_NOT_AUTHORISED, OTHER, ROLE_REFUSED
-from broker.bulk import copy_rows
 from broker.credentials import key_digest, new_secret
 from broker.models import ClientToken
 from broker.roles import ATTEST, AUTHOR_POLICIES, MANAGE_CLIENTS, SEND, role_needed_for
+from demo.bulk import copy_rows
 from demo.synthetic.clock import US, to_datetime
 from demo.synthetic.incident import Fate, Incident
 from demo.synthetic.moves import NATIONAL, OPERATOR, ROGUE

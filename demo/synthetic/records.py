@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from django.db import connection
 
 from broker.audit import MAX_LISTED_NAMES
-from broker.bulk import copy_rows
 from broker.models import AuditEntry, ChannelCursor, Event, TrafficRecord
+from demo.bulk import copy_rows
 from demo.synthetic.clock import to_datetime
 
 AUDIT_FIELDS = ["at", "actor", "action", "target", "outcome", "reason", "details"]
