@@ -48,8 +48,9 @@ _servers: PrivateServers | None = None
 def pytest_load_initial_conftests(early_config, parser, args):
     """Before pytest-django reads the settings (its own hook of this name)."""
     if only_pure_tests(early_config, parser.parse_known_args(args).file_or_dir):
-        # pytest-django takes an empty DJANGO_SETTINGS_MODULE for "no Django here".
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "")
+        # pytest-django takes an empty DJANGO_SETTINGS_MODULE for "no Django here"; set
+        # even when inherited (the launcher's own imports set it, through Celery's app).
+        os.environ["DJANGO_SETTINGS_MODULE"] = ""
     else:
         provide_test_environment(os.environ)
     return (yield)
