@@ -25,9 +25,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from sn_agent.client import Agent, Notification, Result, SessionEnded
 from websockets.exceptions import WebSocketException
-
-from broker.client import Agent, Notification, Result, SessionEnded
 
 # Between two agents' first connections, so as not to stampede: at most 2,000 a second
 # per process, well above what a console serves.

@@ -20,13 +20,13 @@ if [ ! -x "$VENV/bin/python" ]; then
     echo "[bootstrap] creating $VENV"
     "$(find_python)" -m venv "$VENV"
 fi
-STAMP="$VENV/.installed-$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+STAMP="$VENV/.installed-$(cat "$ROOT/pyproject.toml" "$ROOT/agent/pyproject.toml" | sha256sum | cut -c1-16)"
 if [ ! -f "$STAMP" ]; then
     echo "[bootstrap] installing pinned dependencies"
     # Some machines' pip configuration names absent local indexes; hide only that noise.
     LOG="$VENV/install.log"
     if ! { "$VENV/bin/python" -m pip install --quiet --upgrade pip &&
-        "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]"; } >"$LOG" 2>&1; then
+        "$VENV/bin/python" -m pip install --quiet -e "$ROOT/agent" -e "$ROOT[dev]"; } >"$LOG" 2>&1; then
         grep -v "is ignored: it is neither a file nor a directory" "$LOG" >&2 || true
         echo "[bootstrap] installing the dependencies failed (full log: $LOG)" >&2
         exit 1

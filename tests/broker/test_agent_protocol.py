@@ -11,10 +11,10 @@ import urllib.request
 
 import pytest
 from channels.db import database_sync_to_async as in_thread
+from sn_agent.client import Agent, AgentError, SessionEnded
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from broker.client import Agent, AgentError, SessionEnded
 from broker.models import AuditEntry, Delivery
 from broker.services.clients import issue_token, revoke_tokens
 from tests.broker.agent_helpers import ISSUER, agent_url

@@ -15,8 +15,8 @@ import pytest
 import redis
 from channels.db import database_sync_to_async as in_thread
 from django.utils import timezone
+from sn_agent.client import Agent, AgentError
 
-from broker.client import Agent, AgentError
 from broker.dispatch import transport
 from broker.dispatch.entry import send_unrouted_events
 from broker.models import Delivery, Event, ReceiverStream

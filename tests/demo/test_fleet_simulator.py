@@ -104,7 +104,8 @@ def test_running_servers_let_their_load_drift(fleet):
 def test_a_repeated_benchmark_notification_is_timed_once_at_its_first_arrival():
     import random
 
-    from broker.client import Notification
+    from sn_agent.client import Notification
+
     from demo.simulator import SimulatedServer
 
     server = SimulatedServer("ws://unused", "snt_unused", {"hostname": "web-x"}, 5.0,

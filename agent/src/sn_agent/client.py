@@ -1,33 +1,31 @@
-"""Agent library and command line for the agent protocol (docs/protocol.md).
+"""The agent protocol's client side (docs/protocol.md): one client's sessions, in order
+and each once.
 
-Needs only the `websockets` package: no Django, no settings. As a library:
+Needs only the `websockets` package. As a library:
 
     async with Agent("ws://console:8000/ws/agent/v1/", token) as agent:
         await agent.advertise({"hostname": "web-1", "software": "IIS", ...})
         await agent.set_policy('accept event.kind == "command"')
         await agent.run(handler)          # notifications -> handler -> ack, reconnecting
 
-As a command (`python -m broker.client --help`): connect with a URL and token, advertise
-a model from a JSON file or flags, set a policy from a file, publish, and print
-notifications as JSON lines, handing commands to a shell command if asked.
+The service (`sn-agent run`, sn_agent.service) builds on it.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import inspect
 import itertools
 import json
-import os
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import asdict, dataclass
-from typing import Any
+import logging
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Tuple, Union
 
 import websockets
 from websockets.exceptions import ConnectionClosed, WebSocketException
+
+log = logging.getLogger(__name__)
 
 RECONNECT_FIRST_S = 0.5
 RECONNECT_MAX_S = 30.0
@@ -93,9 +91,10 @@ class Notification:
         return cls(**{name: frame[name] for name in cls.__dataclass_fields__ if name in frame})
 
 
-Result = tuple[str, dict | None]
+# Typing's names, not `X | Y`: this module runs on Python 3.9.
+Result = Tuple[str, Optional[dict]]
 # A handler returns (status, result) to acknowledge, or None to leave it unanswered.
-Handler = Callable[[Notification], Result | Awaitable[Result | None] | None]
+Handler = Callable[[Notification], Union[Result, Awaitable[Optional[Result]], None]]
 
 
 class _Session:
@@ -208,9 +207,10 @@ class Agent:
                 task.cancel()
         if self.connected and (self.position or 0) > self._confirmed:
             # So that the server's record is current; but closing must not hang on it.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(CLOSE_CONFIRM_TIMEOUT_S):
-                    await self._confirm()
+            confirming = asyncio.ensure_future(self._confirm())
+            with contextlib.suppress(asyncio.TimeoutError):
+                await _within(confirming, CLOSE_CONFIRM_TIMEOUT_S)
+            confirming.cancel()
         await self._end_session()
 
     async def _end_session(self) -> None:
@@ -228,10 +228,7 @@ class Agent:
         session.pending[ref] = future
         try:
             await session.socket.send(json.dumps({**frame, "ref": ref}))
-            # Not asyncio.wait_for: before Python 3.12 it swallows a cancellation that
-            # comes as the answer does, and a stopped agent would carry on.
-            async with asyncio.timeout(REQUEST_TIMEOUT_S):
-                return await future
+            return await _within(future, REQUEST_TIMEOUT_S)
         finally:
             session.pending.pop(ref, None)
 
@@ -290,14 +287,23 @@ class Agent:
             elif self._ready.empty():
                 raise session.ended.result()
 
-    async def run(self, handler: Handler | None = None, *, reconnect: bool = True) -> None:
+    async def run(
+        self,
+        handler: Handler | None = None,
+        *,
+        reconnect: bool = True,
+        on_connect: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         """Hand every notification to `handler` and acknowledge it with the handler's
-        (status, result); reconnect after a lost connection, with backoff."""
+        (status, result); reconnect after a lost connection, with backoff, and await
+        `on_connect()` after each login (to state attributes again, say)."""
         delay = RECONNECT_FIRST_S
         while True:
             try:
                 if not self.connected:
                     await self.connect()
+                    if on_connect is not None:
+                        await on_connect()
                     await self._send_unsent_acks()
                 delay = RECONNECT_FIRST_S
                 async for notification in self.notifications():
@@ -309,7 +315,7 @@ class Agent:
                 if final or not reconnect:
                     raise
                 await self._end_session()
-                print(f"[agent] connection lost ({error}); again in {delay:.1f} s", file=sys.stderr)
+                log.warning("connection lost (%s); again in %.1f s", error, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX_S)
 
@@ -332,7 +338,7 @@ class Agent:
                 if error.code == "internal":
                     raise
                 # Refused for good (say answered otherwise before): retrying won't help.
-                print(f"[agent] ack of delivery {delivery} refused: {error}", file=sys.stderr)
+                log.warning("ack of delivery %s refused: %s", delivery, error)
             del self._unsent_acks[delivery]
 
     # Reading ------------------------------------------------------------------------
@@ -365,7 +371,7 @@ class Agent:
             else:
                 future.set_result(frame)
         elif kind == "error":
-            print(f"[agent] server error: {frame}", file=sys.stderr)
+            log.warning("server error: %s", frame)
 
     def _take(self, notification: Notification) -> None:
         """Take in a notification: hand it on in order, hold it back, or drop it."""
@@ -441,6 +447,18 @@ class Agent:
             await self._confirm()
 
 
+async def _within(future: Awaitable, seconds: float) -> Any:
+    """`future`'s result, or asyncio.TimeoutError after `seconds` (the future is left
+    running). Not asyncio.wait_for: before Python 3.12 it swallows a cancellation that
+    comes as the answer does, and a stopped agent would carry on; asyncio.wait does
+    not, and asyncio.timeout is Python 3.11's."""
+    future = asyncio.ensure_future(future)
+    done, _ = await asyncio.wait({future}, timeout=seconds)
+    if not done:
+        raise asyncio.TimeoutError(f"no answer within {seconds:g} s")
+    return future.result()
+
+
 async def _next_unless_ended(queue: asyncio.Queue, ended: asyncio.Future) -> Any:
     """The queue's next item, or None once `ended` is done with the queue empty."""
     getter = asyncio.ensure_future(queue.get())
@@ -469,139 +487,3 @@ def _closing_error(closed: ConnectionClosed | None, socket=None) -> BaseExceptio
     if frame is not None and frame.code in FINAL_CLOSE_CODES:
         return SessionEnded(frame.code, frame.reason)
     return closed or ConnectionError("the server closed the connection")
-
-
-def shell_handler(command: str) -> Handler:
-    """A handler that runs `command` with the notification as JSON on its standard
-    input (and SN_* variables); exit status 0 acknowledges "ok", anything else
-    "failed", and the output becomes the result."""
-
-    async def run(notification: Notification) -> Result:
-        payload = json.dumps(asdict(notification))
-        env = {
-            **os.environ,
-            "SN_DELIVERY": str(notification.delivery),
-            "SN_EVENT": notification.event,
-            "SN_CONTENT": json.dumps(notification.content),
-        }
-        process = await asyncio.create_subprocess_shell(
-            command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env=env,
-        )
-        output, _ = await process.communicate(payload.encode())
-        text = output.decode(errors="replace")[-MAX_OUTPUT_CHARS:]
-        status = "ok" if process.returncode == 0 else "failed"
-        return status, {"exit_code": process.returncode, "output": text}
-
-    return run
-
-
-# Command line ---------------------------------------------------------------------
-
-
-def parse_value(text: str) -> Any:
-    """`--set load=0.5` gives 0.5, `cgi=true` gives True, anything else stays text."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return text
-    return value if isinstance(value, bool | int | float) else text
-
-
-def parse_assignments(pairs: list[str]) -> dict[str, Any]:
-    values = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        if not sep or not name:
-            raise SystemExit(f"--set expects name=value, not {pair!r}")
-        values[name] = parse_value(text)
-    return values
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m broker.client", description="A Selective Notification agent."
-    )
-    parser.add_argument("url", help="ws://host:port/ws/agent/v1/")
-    parser.add_argument("--token", default=os.environ.get("SN_TOKEN"), help="or set SN_TOKEN")
-    parser.add_argument("--advertise", metavar="FILE", help="JSON object of the model's values")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
-    parser.add_argument("--policy-file", metavar="FILE")
-    parser.add_argument("--publish", metavar="JSON", help="content of an event to publish")
-    parser.add_argument("--selector", default="")
-    parser.add_argument("--lifetime", type=int, default=60, metavar="SECONDS")
-    parser.add_argument("--channel", default="default")
-    parser.add_argument("--listen", action="store_true", help="print notifications")
-    parser.add_argument("--handler", metavar="COMMAND", help="run for each notification")
-    parser.add_argument(
-        "--after", type=int, metavar="POSITION", help="last delivery position already received"
-    )
-    parser.add_argument(
-        "--idempotency-key", help="publishing again with this key returns the first event"
-    )
-    return parser
-
-
-async def run_command(args: argparse.Namespace) -> None:
-    agent = Agent(args.url, args.token, after_position=args.after)
-    await agent.connect()
-    await _apply_flags(agent, args)
-    if args.listen or args.handler:
-        await agent.run(_printing(shell_handler(args.handler) if args.handler else None))
-    await agent.close()
-
-
-async def _apply_flags(agent: Agent, args: argparse.Namespace) -> None:
-    if args.advertise:
-        with open(args.advertise) as file:
-            await agent.advertise(json.load(file) | parse_assignments(args.set))
-    elif args.set:
-        await agent.update(parse_assignments(args.set))
-    if args.policy_file:
-        with open(args.policy_file) as file:
-            version = await agent.set_policy(file.read())
-        print(json.dumps({"policy_version": version}), flush=True)
-    if args.publish:
-        reply = await agent.publish(
-            json.loads(args.publish),
-            selector=args.selector,
-            lifetime_s=args.lifetime,
-            channel=args.channel,
-            idempotency_key=args.idempotency_key,
-        )
-        print(json.dumps({k: reply[k] for k in ("event", "channel", "sequence")}), flush=True)
-
-
-def _printing(handler: Handler | None) -> Handler:
-    """Print each notification as a JSON line, then hand it on."""
-
-    async def run(notification: Notification) -> Result | None:
-        print(json.dumps(asdict(notification)), flush=True)
-        return await _outcome(handler, notification)
-
-    return run
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if not args.token:
-        print("a token is needed: --token or SN_TOKEN", file=sys.stderr)
-        return 2
-    try:
-        asyncio.run(run_command(args))
-    except AgentError as error:
-        print(json.dumps({"error": error.frame}), file=sys.stderr)
-        return 1
-    except SessionEnded as ended:
-        print(str(ended), file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""The agent library (broker.client) against scripted servers that misbehave as real
+"""The agent library (sn_agent.client) against scripted servers that misbehave as real
 ones do: logins closed with 1011, pushes out of order, repeated or lost. The
 application must see each delivery once, in position order, over one session."""
 
@@ -9,10 +9,9 @@ import json
 from collections.abc import Awaitable, Callable
 
 import pytest
+from sn_agent import client as library
+from sn_agent.client import Agent, Notification
 from websockets.asyncio.server import ServerConnection, serve
-
-from broker import client as library
-from broker.client import Agent, Notification
 
 Script = Callable[[ServerConnection, dict, "FakeServer"], Awaitable[None]]
 

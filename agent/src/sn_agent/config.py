@@ -1,0 +1,293 @@
+"""The agent's configuration file (TOML; docs/agent.md), read and checked in full.
+
+Every mistake is a ConfigError naming the key where it is (`actions.shutdown.timeout_s`)
+and what is expected there: an agent that starts has a configuration it can use.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.9 and 3.10
+    import tomli as tomllib
+
+ATTRIBUTE_TYPES = ("string", "int", "float", "bool", "version")
+TOP_LEVEL_KEYS = ("url", "token_file", "state_dir", "policy_file", "attributes", "providers")
+TOP_LEVEL_KEYS += ("actions",)
+PROVIDER_KEYS = ("command", "file", "interval_s", "type", "field", "timeout_s")
+ACTION_KEYS = ("command", "timeout_s", "user", "cwd", "env", "idempotent")
+DEFAULT_ACTION_TIMEOUT_S = 60.0
+DEFAULT_PROVIDER_TIMEOUT_S = 10.0
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be used: `where` is the key (or the file)."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where = where
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Provider:
+    """An attribute measured on this server: a command's output or a file's content,
+    read every `interval_s` seconds (one whitespace-separated `field` of it, if given)."""
+
+    name: str
+    type: str
+    interval_s: float
+    command: Optional[Tuple[str, ...]] = None
+    file: Optional[Path] = None
+    field: Optional[int] = None
+    timeout_s: float = DEFAULT_PROVIDER_TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class Action:
+    """What the agent runs when a notification's content asks for `name`."""
+
+    name: str
+    command: Tuple[str, ...]
+    timeout_s: float = DEFAULT_ACTION_TIMEOUT_S
+    user: Optional[str] = None
+    cwd: Optional[Path] = None
+    env: Tuple[str, ...] = ()
+    idempotent: bool = False
+
+
+@dataclass(frozen=True)
+class Config:
+    """One agent's configuration, as checked."""
+
+    source: Path
+    url: str
+    token_file: Path
+    state_dir: Path
+    policy_file: Optional[Path] = None
+    attributes: Dict[str, Any] = field(default_factory=dict)
+    providers: Dict[str, Provider] = field(default_factory=dict)
+    actions: Dict[str, Action] = field(default_factory=dict)
+
+    def token(self) -> str:
+        """The token, read from `token_file` (checked again: it may have changed)."""
+        return read_token(self.token_file)
+
+    def policy(self) -> Optional[str]:
+        """The connectivity policy's text, if a policy file is set."""
+        if self.policy_file is None:
+            return None
+        try:
+            return self.policy_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError("policy_file", f"cannot read {self.policy_file}: {error}") from None
+
+
+def load(path: Path | str) -> Config:
+    """Read and check the configuration file at `path`; raise ConfigError if unusable."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except OSError as error:
+        raise ConfigError(str(path), f"cannot read: {error.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(str(path), f"not valid TOML: {error}") from None
+    return from_dict(data, source=path)
+
+
+def from_dict(data: dict, *, source: Path) -> Config:
+    """Check parsed TOML (relative paths are taken from the file's folder)."""
+    only_known(data, TOP_LEVEL_KEYS, where="")
+    base = source.parent
+    config = Config(
+        source=source,
+        url=websocket_url(data),
+        token_file=path_value(data, "token_file", base, required=True),
+        state_dir=path_value(data, "state_dir", base, required=True),
+        policy_file=path_value(data, "policy_file", base),
+        attributes=static_attributes(table(data, "attributes", "")),
+        providers=providers(table(data, "providers", ""), base),
+        actions=actions(table(data, "actions", ""), base),
+    )
+    shared = sorted(set(config.attributes) & set(config.providers))
+    if shared:
+        raise ConfigError(f"providers.{shared[0]}", "is also a static value in [attributes]")
+    return config
+
+
+def check(config: Config) -> list[str]:
+    """What `check-config` verifies beyond the file itself: the token is readable and
+    private, the policy readable, and each action's program exists. The problems."""
+    problems = []
+    for attempt in (config.token, config.policy, lambda: check_programs(config)):
+        try:
+            attempt()
+        except ConfigError as error:
+            problems.append(str(error))
+    return problems
+
+
+def read_token(path: Path) -> str:
+    """The token in `path`, refused when others may read or write the file."""
+    try:
+        mode = path.stat().st_mode
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigError(
+                "token_file",
+                f"{path} is open to its group or to others (mode {stat.filemode(mode)}); "
+                f"run: chmod 600 {path}",
+            )
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as error:
+        raise ConfigError("token_file", f"cannot read {path}: {error.strerror}") from None
+    if not token:
+        raise ConfigError("token_file", f"{path} is empty")
+    return token
+
+
+def check_programs(config: Config) -> None:
+    for action in config.actions.values():
+        program = action.command[0]
+        if shutil.which(program) is None:
+            where = f"actions.{action.name}.command"
+            raise ConfigError(where, f"{program!r} is not an executable program here")
+
+
+# The parts ----------------------------------------------------------------------------
+
+
+def websocket_url(data: dict) -> str:
+    url = data.get("url")
+    if not isinstance(url, str) or not url.startswith(("ws://", "wss://")):
+        raise ConfigError("url", "expected the console's agent address, ws://... or wss://...")
+    return url
+
+
+def path_value(data: dict, key: str, base: Path, *, required: bool = False, where: str = ""):
+    where = where or key
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise ConfigError(where, "is required (a path)")
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError(where, "expected a path (a string)")
+    return base / os.path.expanduser(value)
+
+
+def table(data: dict, key: str, prefix: str) -> dict:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(prefix + key, "expected a table ([" + prefix + key + "])")
+    return value
+
+
+def only_known(data: dict, known: tuple, *, where: str) -> None:
+    for key in data:
+        if key not in known:
+            at = f"{where}.{key}" if where else key
+            raise ConfigError(at, f"unknown key; expected one of: {', '.join(known)}")
+
+
+def static_attributes(values: dict) -> dict:
+    for name, value in values.items():
+        if isinstance(value, (bool, str, int, float)):
+            continue
+        raise ConfigError(f"attributes.{name}", "expected a string, number or true/false")
+    return dict(values)
+
+
+def providers(tables: dict, base: Path) -> dict:
+    return {name: provider(name, spec, base) for name, spec in tables.items()}
+
+
+def provider(name: str, spec: Any, base: Path) -> Provider:
+    where = f"providers.{name}"
+    if not isinstance(spec, dict):
+        raise ConfigError(where, "expected a table")
+    only_known(spec, PROVIDER_KEYS, where=where)
+    if ("command" in spec) == ("file" in spec):
+        raise ConfigError(where, "needs exactly one of command (an argv list) or file")
+    kind = spec.get("type")
+    if kind not in ATTRIBUTE_TYPES:
+        raise ConfigError(f"{where}.type", f"expected one of: {', '.join(ATTRIBUTE_TYPES)}")
+    return Provider(
+        name=name,
+        type=kind,
+        interval_s=seconds(spec, "interval_s", where, required=True),
+        command=argv(spec, where) if "command" in spec else None,
+        file=path_value(spec, "file", base, where=f"{where}.file"),
+        field=whitespace_field(spec, where),
+        timeout_s=seconds(spec, "timeout_s", where, default=DEFAULT_PROVIDER_TIMEOUT_S),
+    )
+
+
+def whitespace_field(spec: dict, where: str) -> Optional[int]:
+    value = spec.get("field")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where}.field", "expected a whole number from 1 (the first field)")
+    return value
+
+
+def actions(tables: dict, base: Path) -> dict:
+    return {name: action(name, spec, base) for name, spec in tables.items()}
+
+
+def action(name: str, spec: Any, base: Path) -> Action:
+    where = f"actions.{name}"
+    if not isinstance(spec, dict):
+        raise ConfigError(where, "expected a table")
+    only_known(spec, ACTION_KEYS, where=where)
+    user = spec.get("user")
+    if user is not None and (not isinstance(user, str) or not user):
+        raise ConfigError(f"{where}.user", "expected a user name")
+    idempotent = spec.get("idempotent", False)
+    if not isinstance(idempotent, bool):
+        raise ConfigError(f"{where}.idempotent", "expected true or false")
+    return Action(
+        name=name,
+        command=argv(spec, where),
+        timeout_s=seconds(spec, "timeout_s", where, default=DEFAULT_ACTION_TIMEOUT_S),
+        user=user,
+        cwd=path_value(spec, "cwd", base, where=f"{where}.cwd"),
+        env=names(spec, where),
+        idempotent=idempotent,
+    )
+
+
+def argv(spec: dict, where: str) -> Tuple[str, ...]:
+    value = spec.get("command")
+    is_argv = isinstance(value, list) and value and all(isinstance(a, str) for a in value)
+    if not is_argv or not value[0]:
+        raise ConfigError(
+            f"{where}.command",
+            'expected an argv list such as ["/usr/sbin/apachectl", "stop"] (never a shell line)',
+        )
+    return tuple(value)
+
+
+def names(spec: dict, where: str) -> Tuple[str, ...]:
+    value = spec.get("env", [])
+    if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):
+        raise ConfigError(f"{where}.env", "expected a list of variable names to pass on")
+    return tuple(value)
+
+
+def seconds(spec: dict, key: str, where: str, *, required=False, default=None) -> float:
+    value = spec.get(key, default)
+    if value is None and required:
+        raise ConfigError(f"{where}.{key}", "is required (seconds)")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 86400:
+        raise ConfigError(f"{where}.{key}", "expected seconds, more than 0 and at most 86400")
+    return float(value)

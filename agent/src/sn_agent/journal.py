@@ -1,0 +1,155 @@
+"""What the agent has done, kept in its state folder across restarts and crashes.
+
+One SQLite database (the standard library's; WAL, synchronous=FULL: a committed write
+survives SIGKILL and power loss). A delivery is written down *before* its action may
+start and again when its outcome is known, so that an agent started again knows, for
+every position it was handed, whether to run it, wait for it, or only answer it
+(docs/agent.md, "Exactly once").
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, List, Optional
+
+# How many answered deliveries are kept for `sn-agent status` and the record.
+KEEP_ANSWERED = 1000
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS deliveries (
+    position INTEGER PRIMARY KEY,
+    delivery INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    sender INTEGER,
+    channel TEXT,
+    action TEXT,                       -- NULL: a notification without an action
+    state TEXT NOT NULL,               -- noted | started | done
+    status TEXT,                       -- ok | failed, once done
+    result TEXT,                       -- JSON, once done
+    answered INTEGER NOT NULL DEFAULT 0,
+    boot TEXT,                         -- the boot the action started in
+    taken_at REAL NOT NULL,
+    done_at REAL
+);
+CREATE TABLE IF NOT EXISTS facts (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One delivery as the journal has it."""
+
+    position: int
+    delivery: int
+    event: str
+    action: Optional[str]
+    state: str
+    status: Optional[str]
+    result: Optional[dict]
+    answered: bool
+    boot: Optional[str]
+    taken_at: float
+    done_at: Optional[float]
+
+
+class Journal:
+    """The agent's durable record, in `state_dir/journal.sqlite3`."""
+
+    def __init__(self, state_dir: Path, *, read_only: bool = False) -> None:
+        path = Path(state_dir) / "journal.sqlite3"
+        if read_only:
+            uri = f"file:{path}?mode=ro"
+            self.db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5)
+            return
+        self.db = sqlite3.connect(str(path), isolation_level=None, timeout=5)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def position(self) -> Optional[int]:
+        """The last position handed to this agent's application, or None if none."""
+        row = self.db.execute("SELECT max(position) FROM deliveries").fetchone()
+        return row[0]
+
+    def note(self, notification, *, action: Optional[str], state: str, boot: str = "") -> None:
+        """Write a delivery down as taken: `started` (its action may run from now on)
+        or `noted` (nothing to run)."""
+        self.db.execute(
+            "INSERT OR REPLACE INTO deliveries (position, delivery, event, sender, channel,"
+            " action, state, boot, taken_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                notification.position,
+                notification.delivery,
+                notification.event,
+                notification.sender,
+                notification.channel,
+                action,
+                state,
+                boot or None,
+                time.time(),
+            ),
+        )
+
+    def finish(self, position: int, status: str, result: dict) -> None:
+        """Write down a delivery's outcome (its answer is still to be sent)."""
+        self.db.execute(
+            "UPDATE deliveries SET state = 'done', status = ?, result = ?, done_at = ?"
+            " WHERE position = ?",
+            (status, json.dumps(result), time.time(), position),
+        )
+
+    def answered(self, position: int) -> None:
+        """The server has this delivery's answer."""
+        self.db.execute("UPDATE deliveries SET answered = 1 WHERE position = ?", (position,))
+
+    def unfinished(self) -> List[Entry]:
+        """Deliveries whose action started and whose outcome is not written down."""
+        return self._entries("WHERE state = 'started' ORDER BY position")
+
+    def unanswered(self) -> List[Entry]:
+        """Deliveries with an outcome the server may not have yet."""
+        return self._entries("WHERE state = 'done' AND answered = 0 ORDER BY position")
+
+    def latest(self, count: int) -> List[Entry]:
+        """The last `count` deliveries, newest first."""
+        return self._entries("ORDER BY position DESC LIMIT ?", (count,))
+
+    def prune(self) -> None:
+        """Forget answered deliveries beyond the newest KEEP_ANSWERED (the newest one
+        stays in any case: it holds the position)."""
+        self.db.execute(
+            "DELETE FROM deliveries WHERE (answered = 1 OR state = 'noted') AND position <"
+            " (SELECT min(position) FROM (SELECT position FROM deliveries"
+            "  ORDER BY position DESC LIMIT ?))",
+            (KEEP_ANSWERED,),
+        )
+
+    def set_fact(self, name: str, value: Any) -> None:
+        """Keep a small fact for `sn-agent status` (connected, pid...), as JSON."""
+        self.db.execute(
+            "INSERT OR REPLACE INTO facts (name, value) VALUES (?, ?)", (name, json.dumps(value))
+        )
+
+    def facts(self) -> dict:
+        return {name: json.loads(value) for name, value in self.db.execute("SELECT * FROM facts")}
+
+    def _entries(self, where: str, params: tuple = ()) -> List[Entry]:
+        columns = "position, delivery, event, action, state, status, result, answered, boot,"
+        rows = self.db.execute(
+            f"SELECT {columns} taken_at, done_at FROM deliveries {where}", params
+        )
+        return [_entry(row) for row in rows]
+
+
+def _entry(row: tuple) -> Entry:
+    values = list(row)
+    values[6] = json.loads(values[6]) if values[6] is not None else None
+    values[7] = bool(values[7])
+    return Entry(*values)

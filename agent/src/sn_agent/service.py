@@ -1,0 +1,292 @@
+"""The agent a managed server runs (`sn-agent run --config FILE`; docs/agent.md).
+
+It states the server's attributes (static, and measured by providers), keeps its
+connectivity policy, and runs the configured action each notification asks for, one
+at a time in position order, answering the console with the outcome. What it was
+handed and what became of it is in its journal, so that a restart, however abrupt,
+never runs a delivery's action twice and never skips one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from sn_agent import actions, providers
+from sn_agent.client import Agent, AgentError, Notification
+from sn_agent.config import Config, ConfigError, load
+from sn_agent.journal import Journal
+from sn_agent.logs import emit
+
+PRUNE_EVERY = 200
+# What a request may end with when the connection goes or the console refuses: the
+# next login states everything again.
+LOST = (AgentError, ConnectionError, OSError, asyncio.TimeoutError)
+RESTARTED_DURING_THE_ACTION = (
+    "the agent stopped while the action ran, and the action did not finish; "
+    "it may have done part of its work"
+)
+
+
+def boot_id() -> str:
+    """This boot of the machine (a process id means nothing across reboots)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+class AgentService:
+    """One agent: its configuration, journal and connection."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.boot = boot_id()
+        self.journal: Optional[Journal] = None
+        self.agent: Optional[Agent] = None
+        self.measured: Dict[str, Any] = {}
+        self.busy = False
+        self.stopping = False
+        self.handled = 0
+        self._main: Optional[asyncio.Task] = None
+        self._reloading: Optional[asyncio.Future] = None
+
+    # Life ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Recover what a previous run left, then serve until stopped (SIGTERM)."""
+        state_dir = self.config.state_dir
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.journal = Journal(state_dir)
+        self.journal.set_fact("pid", os.getpid())
+        self.journal.set_fact("connected", False)
+        try:
+            await self.recover()
+            await self._measure_all()
+            after = self.journal.position()
+            self.agent = Agent(self.config.url, self.config.token(), after_position=after)
+            emit("starting", url=self.config.url, position=after)
+            await self._serve()
+        finally:
+            await self._shut_down()
+
+    async def _serve(self) -> None:
+        measuring = [asyncio.ensure_future(self._keep_measuring(p)) for p in self._providers()]
+        self._main = asyncio.ensure_future(self.agent.run(self.handle, on_connect=self.on_connect))
+        try:
+            await self._main
+        except asyncio.CancelledError:
+            if not self.stopping:
+                raise
+        finally:
+            for task in measuring:
+                task.cancel()
+            await asyncio.gather(*measuring, return_exceptions=True)
+
+    async def _shut_down(self) -> None:
+        if self.agent is not None:
+            with contextlib.suppress(Exception):
+                await self.agent.close()
+        if self.journal is not None:
+            self.journal.set_fact("connected", False)
+            self.journal.close()
+        emit("stopped")
+
+    def stop(self) -> None:
+        """SIGTERM: let a running action finish (within its time-out), then stop."""
+        self.stopping = True
+        emit("stopping", waiting_for_action=self.busy)
+        if not self.busy and self._main is not None:
+            self._main.cancel()
+
+    def reload(self) -> None:
+        """SIGHUP: read the configuration again; keep the old one if it is wrong."""
+        try:
+            config = load(self.config.source)
+            config.token()
+        except ConfigError as error:
+            emit("reload_refused", error=str(error))
+            return
+        moved = (config.url, config.token()) != (self.config.url, self.config.token())
+        self.config = config
+        emit("reloaded", reconnecting=moved)
+        if self.agent is not None:
+            self.agent.url, self.agent.token = config.url, config.token()
+            work = self._reconnect() if moved else self._state_again()
+            self._reloading = asyncio.ensure_future(work)
+
+    async def _reconnect(self) -> None:
+        await self.agent.close()
+
+    async def _state_again(self) -> None:
+        with contextlib.suppress(*LOST):
+            await self.on_connect()
+
+    # Connection -----------------------------------------------------------------------
+
+    async def on_connect(self) -> None:
+        """After each login: state every attribute, the policy, and send the answers
+        the console may not have."""
+        welcome = self.agent.welcome or {}
+        emit("connected", client=welcome.get("client"), position=self.agent.position)
+        self.journal.set_fact("connected", True)
+        self.journal.set_fact("connected_at", time.time())
+        await self.agent.advertise({**self.config.attributes, **self.measured})
+        policy = self.config.policy()
+        if policy is not None:
+            await self.agent.set_policy(policy)
+        for entry in self.journal.unanswered():
+            await self._answer(entry.position, entry.delivery, entry.status, entry.result)
+
+    async def _answer(self, position: int, delivery: int, status: str, result: dict) -> None:
+        """Send an answer; written down as answered once the console has it (or has
+        refused it for good). A lost connection leaves it for the next login."""
+        try:
+            await self.agent.ack(delivery, status, result)
+        except AgentError as error:
+            if error.code == "internal":
+                return
+            emit("answer_refused", delivery=delivery, error=str(error))
+        except (ConnectionError, OSError, asyncio.TimeoutError):
+            self.journal.set_fact("connected", False)
+            return
+        self.journal.answered(position)
+
+    # Notifications --------------------------------------------------------------------
+
+    async def handle(self, notification: Notification) -> None:
+        """One notification, in position order: run its action, or only note it."""
+        self.busy = True
+        try:
+            await self._handle(notification)
+        finally:
+            self.busy = False
+            self.handled += 1
+            if self.handled % PRUNE_EVERY == 0:
+                self.journal.prune()
+            if self.stopping and self._main is not None:
+                self._main.cancel()
+
+    async def _handle(self, notification: Notification) -> None:
+        content = notification.content if isinstance(notification.content, dict) else {}
+        name = content.get("action")
+        emit("notification", **_described(notification), action=name)
+        if name is None:
+            self.journal.note(notification, action=None, state="noted")
+            return
+        action = self.config.actions.get(name) if isinstance(name, str) else None
+        if action is None:
+            outcome = actions.not_configured(name)
+            self.journal.note(notification, action=str(name), state="started", boot=self.boot)
+        else:
+            outcome = await self._run_action(action, notification)
+        await self._settle(notification.position, notification.delivery, outcome)
+
+    async def _run_action(self, action, notification: Notification) -> actions.Outcome:
+        files = actions.RunFiles(self.config.state_dir, notification.position)
+        try:
+            gated = await actions.start(action, notification, files)
+        except (OSError, KeyError, ValueError) as error:  # no such program, user, folder
+            self.journal.note(notification, action=action.name, state="started", boot=self.boot)
+            return actions.refused(f"could not start: {error}")
+        self.journal.note(notification, action=action.name, state="started", boot=self.boot)
+        gated.open()
+        emit("action_started", action=action.name, position=notification.position)
+        return await gated.outcome(action)
+
+    async def _settle(self, position: int, delivery: int, outcome: actions.Outcome) -> None:
+        self.journal.finish(position, outcome.status, outcome.result)
+        actions.RunFiles(self.config.state_dir, position).remove()
+        emit("answered", position=position, delivery=delivery, status=outcome.status,
+             exit_code=outcome.result.get("exit_code"))  # fmt: skip
+        await self._answer(position, delivery, outcome.status, outcome.result)
+
+    # Recovery -------------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Settle each delivery whose action a previous run started and did not see
+        finish (docs/agent.md, "Exactly once"). Its answer goes at the next login."""
+        for entry in self.journal.unfinished():
+            files = actions.RunFiles(self.config.state_dir, entry.position)
+            action = self.config.actions.get(entry.action or "")
+            outcome, cut_short = await actions.outcome_after_restart(
+                action, files, started_at=entry.taken_at, same_boot=entry.boot == self.boot
+            )
+            if outcome is None:
+                outcome = await self._again(entry, action, files, cut_short)
+            emit("recovered", position=entry.position, status=outcome.status)
+            self.journal.finish(entry.position, outcome.status, outcome.result)
+            files.remove()
+
+    async def _again(self, entry, action, files, cut_short: bool) -> actions.Outcome:
+        """The action never ran (run it now), or was cut short (run it again only if
+        it is idempotent)."""
+        if action is None:
+            return actions.not_configured(entry.action)
+        if cut_short and not action.idempotent:
+            return actions.refused(RESTARTED_DURING_THE_ACTION)
+        notification = files.read_notification()
+        if notification is None:
+            return actions.refused("its notification was lost from the state folder")
+        gated = await actions.start(action, notification, files)
+        gated.open()
+        return await gated.outcome(action)
+
+    # Providers --------------------------------------------------------------------------
+
+    def _providers(self):
+        return list(self.config.providers.values())
+
+    async def _measure_all(self) -> None:
+        for provider in self._providers():
+            await self._measure(provider)
+
+    async def _keep_measuring(self, provider) -> None:
+        while True:
+            await asyncio.sleep(provider.interval_s)
+            provider = self.config.providers.get(provider.name, provider)
+            if await self._measure(provider) and self.agent.connected:
+                with contextlib.suppress(
+                    AgentError, ConnectionError, OSError, asyncio.TimeoutError
+                ):
+                    await self.agent.update({provider.name: self.measured[provider.name]})
+
+    async def _measure(self, provider) -> bool:
+        """Read `provider`; whether its value changed."""
+        try:
+            value = await providers.measure(provider)
+        except providers.ProviderError as error:
+            emit("provider_failed", attribute=provider.name, error=str(error))
+            return False
+        changed = self.measured.get(provider.name) != value
+        self.measured[provider.name] = value
+        return changed
+
+
+def _described(notification: Notification) -> dict:
+    return {
+        "position": notification.position,
+        "delivery": notification.delivery,
+        "event_id": notification.event,
+        "sender": notification.sender,
+        "channel": notification.channel,
+    }
+
+
+def serve(config: Config) -> int:
+    """Run one agent in this process until SIGTERM or SIGINT; SIGHUP reloads."""
+    service = AgentService(config)
+    loop = asyncio.new_event_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, service.stop)
+    loop.add_signal_handler(signal.SIGHUP, service.reload)
+    try:
+        loop.run_until_complete(service.run())
+    finally:
+        loop.close()
+    return 0

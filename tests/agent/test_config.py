@@ -1,0 +1,137 @@
+"""The agent's configuration file: what is accepted, and what each mistake says."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sn_agent.config import ConfigError, check, load
+
+GOOD = """\
+url = "wss://console.example.com/ws/agent/v1/"
+token_file = "token"
+state_dir = "state"
+policy_file = "policy.txt"
+
+[attributes]
+hostname = "web-00042"
+software = "IIS"
+cgi = true
+
+[providers.load]
+file = "/proc/loadavg"
+field = 1
+type = "float"
+interval_s = 10
+
+[providers.kernel]
+command = ["uname", "-r"]
+type = "string"
+interval_s = 3600
+
+[actions.disable-cgi]
+command = ["/bin/true", "--cgi"]
+timeout_s = 30
+env = ["LANG"]
+
+[actions.shutdown]
+command = ["true"]
+idempotent = true
+"""
+
+
+def write(folder: Path, text: str, *, token_mode: int = 0o600) -> Path:
+    token = folder / "token"
+    token.write_text("snt_secret\n")
+    token.chmod(token_mode)
+    (folder / "policy.txt").write_text('accept event.kind == "command"\n')
+    path = folder / "agent.toml"
+    path.write_text(text)
+    return path
+
+
+def error_of(folder: Path, text: str) -> ConfigError:
+    with pytest.raises(ConfigError) as raised:
+        load(write(folder, text))
+    return raised.value
+
+
+def test_a_complete_file_is_read_with_paths_taken_from_its_folder(tmp_path):
+    config = load(write(tmp_path, GOOD))
+
+    assert config.token() == "snt_secret" and config.state_dir == tmp_path / "state"
+    assert config.providers["load"].field == 1 and config.providers["kernel"].command == (
+        "uname",
+        "-r",
+    )
+    assert config.actions["disable-cgi"].command == ("/bin/true", "--cgi")
+    assert config.actions["shutdown"].timeout_s == 60 and config.actions["shutdown"].idempotent
+    assert check(config) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "where", "says"),
+    [
+        (("wss://console", "https://console"), "url", "ws://... or wss://"),
+        (("timeout_s = 30", "timeout_s = -1"), "actions.disable-cgi.timeout_s", "more than 0"),
+        (('["/bin/true", "--cgi"]', '"/bin/true --cgi"'), "actions.disable-cgi.command", "argv"),
+        (("idempotent = true", "idempotent = 1"), "actions.shutdown.idempotent", "true or"),
+        (('type = "float"', 'type = "number"'), "providers.load.type", "string, int, float"),
+        (("field = 1", "field = 0"), "providers.load.field", "from 1"),
+        (('file = "/proc/loadavg"', 'comand = ["x"]'), "providers.load.comand", "unknown key"),
+        (("cgi = true", "cgi = [1]"), "attributes.cgi", "string, number or true/false"),
+        (('env = ["LANG"]', 'env = "LANG"'), "actions.disable-cgi.env", "list of variable"),
+        (('state_dir = "state"', ""), "state_dir", "is required"),
+        (
+            ("[actions.shutdown]", "tiemout = 3\n[actions.shutdown]"),
+            "actions.disable-cgi.tiemout",
+            "unknown key",
+        ),
+    ],
+)
+def test_each_mistake_names_its_key_and_what_is_expected(tmp_path, change, where, says):
+    error = error_of(tmp_path, GOOD.replace(*change, 1))
+
+    assert error.where == where and says in error.message
+
+
+def test_a_provider_needs_exactly_one_source(tmp_path):
+    text = GOOD.replace('file = "/proc/loadavg"', 'file = "/proc/loadavg"\ncommand = ["cat"]')
+
+    assert "exactly one of command" in error_of(tmp_path, text).message
+
+
+def test_a_toml_syntax_error_says_the_line(tmp_path):
+    error = error_of(tmp_path, GOOD.replace("cgi = true", "cgi = "))
+
+    assert error.where.endswith("agent.toml") and "line 9" in error.message
+
+
+def test_a_token_others_can_read_is_refused_with_the_fix(tmp_path):
+    config = load(write(tmp_path, GOOD, token_mode=0o644))
+
+    [problem] = check(config)
+    assert problem.startswith("token_file:") and "chmod 600" in problem
+
+
+def test_check_config_exits_2_naming_a_missing_program(tmp_path):
+    path = write(tmp_path, GOOD.replace('["true"]', '["no-such-program-here"]'))
+    done = subprocess.run(
+        [sys.executable, "-m", "sn_agent", "check-config", "--config", str(path)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+    assert done.returncode == 2
+    assert "actions.shutdown.command: 'no-such-program-here' is not an executable" in done.stderr
+
+
+def test_check_config_says_what_it_found_in_a_good_file(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "sn_agent", "check-config", "--config", str(write(tmp_path, GOOD))],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    assert "ok (3 static attributes, 2 providers, 2 actions)" in done.stdout

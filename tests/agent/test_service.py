@@ -1,0 +1,121 @@
+"""`sn-agent run`, as a managed server runs it: a process of its own with a
+configuration file, against a real Daphne and a real Celery worker. Its actions are
+real commands; it is killed and started again as a real one would be."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from broker.models import AttributeValue
+from tests.agent.running_agent import (
+    SERVER,
+    answer_of,
+    command,
+    load_of_server,
+    wait_answered,
+)
+from tests.broker.agent_helpers import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_configured_action_gets_the_notification_on_stdin_and_its_outcome_is_the_answer(
+    agent, web_server
+):
+    agent.start()
+    wait_for(lambda: load_of_server() == 0.31, "the measured load was stated")
+    event = command(web_server, "disable-cgi")
+
+    delivery = wait_answered(event)
+
+    [record] = agent.recorded()
+    assert record["event"] == str(event.pk) and record["content"]["action"] == "disable-cgi"
+    assert record["home"] is None  # only what `env` lists reaches the action
+    assert delivery.state == "acked" and delivery.result["exit_code"] == 0
+    assert delivery.result["output"] == f"recorded {event.pk}\n"
+
+
+def test_an_unknown_action_and_a_timed_out_one_answer_failed_saying_why(agent, web_server):
+    agent.start()
+    unknown, slow = command(web_server, "reboot; rm -rf /"), command(web_server, "sleep")
+
+    assert wait_answered(unknown).result["error"] == "no such action here"
+    timed_out = wait_answered(slow)
+    assert timed_out.state == "failed" and "timed out after 1 s" in timed_out.result["error"]
+
+
+def test_a_changed_measurement_is_stated_again(agent, web_server):
+    agent.start()
+    wait_for(lambda: load_of_server() == 0.31, "the first load was stated")
+    agent.load.write_text("0.87 0.5 0.4 1/200 999\n")
+    wait_for(lambda: load_of_server() == 0.87, "the new load was stated", 10)
+
+
+def test_an_agent_killed_and_started_again_runs_nothing_twice_and_misses_nothing(agent, web_server):
+    agent.start()
+    first = command(web_server, "disable-cgi")
+    wait_answered(first)
+    agent.stop(signal.SIGKILL)
+    second = command(web_server, "disable-cgi")  # while the agent is down
+    agent.start()
+
+    wait_answered(second)
+    assert [r["event"] for r in agent.recorded()] == [str(first.pk), str(second.pk)]
+
+
+def test_sigterm_lets_the_running_action_finish_then_exits(agent, web_server):
+    agent.start()
+    event = command(web_server, "sleep")
+    running = agent.folder / "state" / "running"
+    wait_for(lambda: any(running.glob("*.mark")), "the action started")
+    out = agent.stop(signal.SIGTERM)
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    events = [line["event"] for line in lines]
+    assert events.index("stopping") < events.index("answered") < events.index("stopped")
+    assert answer_of(event).result["error"].startswith("timed out")
+
+
+def test_status_says_connected_the_position_and_the_last_deliveries(agent, web_server):
+    agent.start()
+    event = command(web_server, "disable-cgi")
+    wait_answered(event)
+    status = subprocess.run(
+        [sys.executable, "-m", "sn_agent", "status", "--config", str(agent.config), "--json"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    report = json.loads(status.stdout)
+    assert status.returncode == 0 and report["running"] and report["connected"]
+    [last] = report["deliveries"]
+    assert (last["event"], last["status"], last["answered"]) == (str(event.pk), "ok", True)
+    agent.stop()
+    stopped = subprocess.run(
+        [sys.executable, "-m", "sn_agent", "status", "--config", str(agent.config)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert stopped.returncode == 3 and "not running" in stopped.stdout
+
+
+def test_sighup_reloads_the_configuration_and_a_broken_one_is_refused(agent, web_server):
+    agent.start()
+    wait_for(lambda: load_of_server() == 0.31, "the agent stated its model")
+    agent.config.write_text(
+        agent.config.read_text().replace('software = "IIS"', 'software = "Apache"')
+    )
+    agent.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: software_of_server() == "Apache", "the reloaded model was stated", 10)
+    agent.config.write_text("url = 'nowhere'\n")
+    agent.process.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    out = agent.stop()
+    assert '"event": "reload_refused"' in out and "url: expected" in out
+
+
+def software_of_server() -> str | None:
+    value = AttributeValue.objects.filter(client__name=SERVER, name="software").first()
+    return value.value if value else None
