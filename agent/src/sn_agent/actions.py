@@ -76,7 +76,7 @@ class RunFiles:
         self.input.parent.mkdir(mode=0o711, exist_ok=True)
         if self.input.exists():  # a run again after a restart: the old one is read-only
             self.input.unlink()
-        self.input.write_text(json.dumps(payload), encoding="utf-8")
+        self.input.write_text(json.dumps(payload) + "\n", encoding="utf-8")
         self.input.chmod(0o400)
         if owner is not None:
             entry = pwd.getpwnam(owner)

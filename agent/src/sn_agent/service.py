@@ -136,12 +136,24 @@ class AgentService:
         emit("connected", client=welcome.get("client"), position=self.agent.position)
         self.journal.set_fact("connected", True)
         self.journal.set_fact("connected_at", time.time())
-        await self.agent.advertise({**self.config.attributes, **self.measured})
+        await self._state("advertise", {**self.config.attributes, **self.measured})
         policy = self.config.policy()
         if policy is not None:
-            await self.agent.set_policy(policy)
+            await self._state("policy", policy)
         for entry in self.journal.unanswered():
             await self._answer(entry.position, entry.delivery, entry.status, entry.result)
+
+    async def _state(self, what: str, value) -> None:
+        """Advertise the model or set the policy. A refusal is the configuration's
+        fault (a value of the wrong type, an attribute not this client's to state): it
+        is said, and the agent goes on serving; a server failure is tried again."""
+        request = self.agent.advertise if what == "advertise" else self.agent.set_policy
+        try:
+            await request(value)
+        except AgentError as error:
+            if error.code == "internal":
+                raise
+            emit(f"{what}_refused", error=str(error), field=error.field)
 
     async def _answer(self, position: int, delivery: int, status: str, result: dict) -> None:
         """Send an answer; written down as answered once the console has it (or has
