@@ -1,6 +1,6 @@
-"""Simulated web servers: real agents on real WebSockets, many per process.
+"""Simulated web servers, each managed by the real agent (sn_agent), many per process.
 
-No Django here: a fleet process is what a managed node would run, multiplied. The
+No Django here: a fleet process is what managed nodes would run, multiplied. The
 `simulate_fleet` management command provisions the clients and tokens and starts a few
 of these processes:
 
@@ -9,10 +9,15 @@ of these processes:
 SPEC is {"url": ..., "load_interval_s": ..., "stats": path or null, "agents":
 [{"token": ..., "values": {hostname, software, version, cgi, load}}, ...]}.
 
-Each simulated server advertises its model, lets its load drift, and obeys the
-scenario's commands: `disable-cgi` turns CGI off, `shutdown` stops it (its load drops to
-zero and stays there), `status` reports its values; each is reported back as the
-command's result. Alerts are acknowledged as noted.
+Each simulated server is a folder whose files stand for its state (hostname, cgi, load,
+state), a load that drifts while it runs, and the agent service of the `sn-agent`
+package, configured as a real one would be: static attributes, providers that read
+`cgi` and `load` from those files, and the demo's commands as configured actions, each
+running `web_server_ctl` (in this folder) in the server's folder: `disable-cgi` turns
+CGI off, `shutdown` stops the server (its load drops to zero and stays there), `status`
+reports its state. Alerts (no action) are answered `ok` (`answer_without_action`).
+The servers' folders, journals included, live in memory-backed storage when the machine
+has it (/dev/shm): their disks are simulated too.
 """
 
 from __future__ import annotations
@@ -20,177 +25,172 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import resource
+import shutil
 import signal
 import sys
+import tempfile
 import time
-from dataclasses import dataclass, field
+from pathlib import Path
 
-from sn_agent.client import Agent, Notification, Result, SessionEnded
-from websockets.exceptions import WebSocketException
+from sn_agent import logs
+from sn_agent.client import Notification
+from sn_agent.config import Action, Config, Provider
+from sn_agent.service import AgentService
 
+WEB_SERVER_CTL = Path(__file__).resolve().parent / "web_server_ctl"
 # Between two agents' first connections, so as not to stampede: at most 2,000 a second
 # per process, well above what a console serves.
 CONNECT_SPREAD_S = 0.0005
-# How long a stopped fleet waits for what is left (background updates, closing
-# handshakes with a console that may be stopping too) before it exits anyway.
+CGI_READ_EVERY_S = 1.0
+# How long a stopped fleet waits for what is left before it exits anyway.
 FINISH_TIMEOUT_S = 10.0
 
 
-@dataclass
-class SimulatedServer:
-    """One web server's agent."""
+class SimulatedServer(AgentService):
+    """One web server's agent, with what the benchmarks time and count."""
 
-    url: str
-    token: str
-    values: dict
-    load_interval_s: float
-    rng: random.Random
-    stopped: bool = False
-    latencies_ms: list[tuple[str, float]] = field(default_factory=list)
-    receipts: list[tuple[str, int, float]] = field(default_factory=list)  # label, delivery, at
-    received: list[tuple] = field(default_factory=list)  # as the application saw them
-    timed: set[int] = field(default_factory=set)  # deliveries in `receipts`
-    agent: Agent | None = None
+    def __init__(self, config: Config, *, values: dict, load_interval_s: float, rng) -> None:
+        super().__init__(config, observer=self.arrived)
+        self.values = values
+        self.load_interval_s = load_interval_s
+        self.rng = rng
+        self.ready = asyncio.Event()
+        self.logged_in_at = 0.0
+        self.latencies_ms: list[tuple[str, float]] = []
+        self.receipts: list[tuple[str, int, float]] = []  # label, delivery, at
+        self.received: list[tuple] = []  # as the agent's application saw them
+        self.timed: set[int] = set()  # deliveries in `receipts`
 
     @property
     def hostname(self) -> str:
         return self.values["hostname"]
 
-    async def log_in(self) -> None:
-        """Connect and log in."""
-        self.agent = Agent(self.url, self.token, observer=self.arrived)
-        await self.agent.connect()
-
-    async def advertise(self) -> None:
-        """State the whole model."""
-        await self.agent.advertise(self.values)
-
-    async def live(self) -> None:
-        """Obey notifications and drift, until cancelled or the session ends for good."""
-        drifting = asyncio.create_task(self._drift())
-        try:
-            await self.agent.run(self.obey)
-        except SessionEnded as ended:
-            print(f"[fleet] {self.hostname}: {ended}", file=sys.stderr)
-        finally:
-            drifting.cancel()
+    @property
+    def folder(self) -> Path:
+        return self.config.state_dir.parent
 
     def arrived(self, notification: Notification) -> None:
         """Benchmark events carry their publish time: how long they took to get here
         (the first time: a repeat, which the agent drops, is counted by the agent)."""
         sent_at = notification.content.get("sent_at")
-        if isinstance(sent_at, int | float) and notification.delivery not in self.timed:
+        if isinstance(sent_at, (int, float)) and notification.delivery not in self.timed:
             self.timed.add(notification.delivery)
             now, label = time.time(), str(notification.content.get("bench", ""))
             self.latencies_ms.append((label, (now - sent_at) * 1000))
             self.receipts.append((label, notification.delivery, now))
 
-    def obey(self, notification: Notification) -> Result | None:
-        content = notification.content
+    async def on_connect(self) -> None:
+        self.logged_in_at = self.logged_in_at or time.monotonic()
+        await super().on_connect()
+        self.ready.set()
+
+    async def handle(self, notification: Notification) -> None:
         self.received.append(
             (self.hostname, notification.event, notification.sender, notification.channel,
              notification.sequence, notification.position, notification.replay)
         )  # fmt: skip
-        if content.get("kind") == "probe":
-            return None
-        if "alert" in content:
-            return "ok", {"exit_code": 0, "output": f"{self.hostname}: alert noted"}
-        return self._command(content.get("action"))
+        if notification.content.get("kind") == "probe":  # the benchmarks' probes: no answer
+            self.journal.note(notification, action=None, state="noted")
+            return
+        await super().handle(notification)
 
-    def _command(self, action) -> Result:
-        if action == "disable-cgi":
-            self._change({"cgi": False})
-            return "ok", {"exit_code": 0, "output": f"{self.hostname}: CGI disabled"}
-        if action == "status":
-            return "ok", {"exit_code": 0, "output": json.dumps(self.values, sort_keys=True)}
-        if action == "shutdown":
-            self.stopped = True
-            self._change({"load": 0.0})
-            return "ok", {"exit_code": 0, "output": f"{self.hostname}: web server stopped"}
-        return "failed", {"exit_code": 2, "output": f"{self.hostname}: unknown action {action!r}"}
-
-    def _change(self, values: dict) -> None:
-        self.values.update(values)
-        # Reported in the background: the handler must not wait on its own socket.
-        asyncio.get_running_loop().create_task(self._send_update(values))
-
-    async def _send_update(self, values: dict) -> None:
-        try:
-            await self.agent.update(values)
-        except Exception as error:  # the next drift or reconnect advertises again
-            print(f"[fleet] {self.hostname}: update failed: {error}", file=sys.stderr)
-
-    async def _drift(self) -> None:
+    async def drift(self) -> None:
+        """The web server's load moves while it runs (its agent measures it)."""
         while True:
             await asyncio.sleep(self.load_interval_s * self.rng.uniform(0.5, 1.5))
-            if self.stopped:
+            if read(self.folder / "state") == "stopped":
                 continue
-            load = self.values["load"] + self.rng.uniform(-0.15, 0.15)
-            self._change({"load": round(min(0.99, max(0.01, load)), 2)})
+            load = float(read(self.folder / "load")) + self.rng.uniform(-0.15, 0.15)
+            write(self.folder / "load", str(round(min(0.99, max(0.01, load)), 2)))
 
 
-async def run_fleet(spec: dict) -> list[SimulatedServer]:
-    """Start every agent of `spec`: all log in, then all advertise (each phase timed,
-    so that logins are measured alone); report when all are ready, then live."""
-    rng = random.Random(spec.get("seed", 1))
-    servers = [
-        SimulatedServer(spec["url"], a["token"], dict(a["values"]), spec["load_interval_s"], rng)
-        for a in spec["agents"]
-    ]
-    started = time.monotonic()
-    await asyncio.gather(*(_log_in_later(s, i * CONNECT_SPREAD_S) for i, s in enumerate(servers)))
-    logged_in = time.monotonic()
-    await asyncio.gather(*(_advertise(s) for s in servers))
-    ready = {
-        "ready": len(servers),
-        "login_s": round(logged_in - started, 3),
-        "connect_s": round(time.monotonic() - started, 3),
+def read(path: Path) -> str:
+    return path.read_text().strip()
+
+
+def write(path: Path, text: str) -> None:
+    """Replace `path`'s content at once (a provider never reads half of it)."""
+    fresh = path.with_suffix(".new")
+    fresh.write_text(text + "\n")
+    fresh.replace(path)
+
+
+def server_folder(root: Path, url: str, agent: dict, load_interval_s: float) -> Config:
+    """Lay out one server's folder and return its agent's configuration."""
+    values = agent["values"]
+    folder = root / values["hostname"]
+    folder.mkdir(parents=True)
+    for name in ("hostname", "cgi", "load"):
+        write(folder / name, json.dumps(values[name]).strip('"'))
+    write(folder / "state", "running")
+    token = folder / "token"
+    token.write_text(agent["token"])
+    token.chmod(0o600)
+    return agent_config(folder, url, values, load_interval_s=load_interval_s)
+
+
+def agent_config(folder: Path, url: str, values: dict, *, load_interval_s: float = 5.0) -> Config:
+    static = {name: values[name] for name in ("hostname", "software", "version")}
+    read_file = {
+        "cgi": Provider("cgi", "bool", CGI_READ_EVERY_S, file=folder / "cgi"),
+        "load": Provider("load", "float", load_interval_s / 2, file=folder / "load"),
     }
-    print(json.dumps(ready), flush=True)
-    lives = [asyncio.create_task(s.live()) for s in servers]
+    commands = {
+        name: Action(name, (str(WEB_SERVER_CTL), name), timeout_s=30, cwd=folder)
+        for name in ("disable-cgi", "shutdown", "status")
+    }
+    return Config(
+        source=folder / "agent.toml", url=url, token_file=folder / "token",
+        state_dir=folder / "agent", attributes=static, providers=read_file,
+        actions=commands, answer_without_action=True,
+    )  # fmt: skip
+
+
+def fleet_folder() -> Path:
+    shared_memory = Path("/dev/shm")
+    where = shared_memory if shared_memory.is_dir() else None
+    return Path(tempfile.mkdtemp(prefix="sn-fleet-", dir=where))
+
+
+async def run_fleet(spec: dict, root: Path) -> list[SimulatedServer]:
+    """Start every server's agent; report when all have logged in and advertised,
+    then serve until cancelled."""
+    rng = random.Random(spec.get("seed", 1))
+    servers = []
+    for agent in spec["agents"]:
+        interval = spec["load_interval_s"]
+        config = server_folder(root, spec["url"], agent, interval)
+        server = SimulatedServer(
+            config, values=dict(agent["values"]), load_interval_s=interval, rng=rng
+        )
+        servers.append(server)
+    started = time.monotonic()
+    tasks = [asyncio.ensure_future(_serve(s, i * CONNECT_SPREAD_S)) for i, s in enumerate(servers)]
+    await asyncio.gather(*(s.ready.wait() for s in servers))
+    login_s = max(s.logged_in_at for s in servers) - started
+    print(json.dumps({"ready": len(servers), "login_s": round(login_s, 3),
+                      "connect_s": round(time.monotonic() - started, 3)}), flush=True)  # fmt: skip
     try:
-        await asyncio.gather(*lives)
-    except asyncio.CancelledError:  # stopped: end every session cleanly
-        for task in lives:
-            task.cancel()
-        await asyncio.gather(*lives, return_exceptions=True)
-        await asyncio.gather(*(s.agent.close() for s in servers), return_exceptions=True)
+        await asyncio.gather(*tasks)
+    except asyncio.CancelledError:  # stopped: each agent finishes its action, then ends
+        for server in servers:
+            server.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
     return servers
 
 
-async def _log_in_later(server: SimulatedServer, delay_s: float) -> None:
-    """Log one agent in; while the console is not up yet, try again, as a node would."""
+async def _serve(server: SimulatedServer, delay_s: float) -> None:
     await asyncio.sleep(delay_s)
-    await _retrying(server, server.log_in)
-
-
-async def _advertise(server: SimulatedServer) -> None:
-    """Advertise one agent's model; a session lost meanwhile is opened again."""
-
-    async def again() -> None:
-        if not server.agent.connected:
-            await server.agent.connect()
-        await server.advertise()
-
-    await _retrying(server, again)
-
-
-async def _retrying(server: SimulatedServer, attempt) -> None:
-    backoff = 0.5
-    while True:
-        try:
-            await attempt()
-            return
-        except (OSError, TimeoutError, WebSocketException) as error:
-            print(f"[fleet] {server.hostname}: {error}; again in {backoff:.1f} s", file=sys.stderr)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 10.0)
+    drifting = asyncio.ensure_future(server.drift())
+    try:
+        await server.run()
+    finally:
+        drifting.cancel()
 
 
 def _finish_tasks(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel and wait for what is left (background updates, timers), so that the
-    loop closes without tasks destroyed while pending; but not forever: a stopped
-    fleet exits."""
+    """Cancel and wait for what is left, but not forever: a stopped fleet exits."""
     left = asyncio.all_tasks(loop)
     for task in left:
         task.cancel()
@@ -209,11 +209,29 @@ def _once(action):
     return run_once
 
 
+def write_stats(path: str, servers: list[SimulatedServer]) -> None:
+    with open(path, "w") as file:
+        json.dump(
+            {
+                "latencies": [pair for s in servers for pair in s.latencies_ms],
+                "receipts": [item for s in servers for item in s.receipts],
+                "received": [item for s in servers for item in s.received],
+                "repeats_dropped": sum(s.agent.duplicates for s in servers if s.agent),
+            },
+            file,
+        )
+
+
 def main(argv: list[str]) -> int:
     with open(argv[0]) as file:
         spec = json.load(file)
+    logs.send_to(None)  # a thousand agents' lines would drown the console's
+    # Each agent holds a socket and a journal: more files than the usual 1,024.
+    _, most = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (most, most))
+    root = fleet_folder()
     loop = asyncio.new_event_loop()
-    fleet = loop.create_task(run_fleet(spec))
+    fleet = loop.create_task(run_fleet(spec, root))
     # Once: a second signal (the group's, then the simulator's forward) must not cut
     # short the clean-up that the first one started.
     stop = _once(fleet.cancel)
@@ -223,18 +241,11 @@ def main(argv: list[str]) -> int:
         servers = loop.run_until_complete(fleet)
     except asyncio.CancelledError:  # stopped before every agent had started
         servers = []
-    _finish_tasks(loop)
+    finally:
+        _finish_tasks(loop)
+        shutil.rmtree(root, ignore_errors=True)
     if spec.get("stats"):
-        with open(spec["stats"], "w") as file:
-            json.dump(
-                {
-                    "latencies": [pair for s in servers for pair in s.latencies_ms],
-                    "receipts": [item for s in servers for item in s.receipts],
-                    "received": [item for s in servers for item in s.received],
-                    "repeats_dropped": sum(s.agent.duplicates for s in servers if s.agent),
-                },
-                file,
-            )
+        write_stats(spec["stats"], servers)
     return 0
 
 

@@ -101,15 +101,16 @@ def test_running_servers_let_their_load_drift(fleet):
     )
 
 
-def test_a_repeated_benchmark_notification_is_timed_once_at_its_first_arrival():
+def test_a_repeated_benchmark_notification_is_timed_once_at_its_first_arrival(tmp_path):
     import random
 
     from sn_agent.client import Notification
 
-    from demo.simulator import SimulatedServer
+    from demo.simulator import SimulatedServer, agent_config
 
-    server = SimulatedServer("ws://unused", "snt_unused", {"hostname": "web-x"}, 5.0,
-                             random.Random(0))  # fmt: skip
+    values = {"hostname": "web-x", "software": "IIS", "version": "2.4", "cgi": True, "load": 0.1}
+    config = agent_config(tmp_path, "ws://unused", values)
+    server = SimulatedServer(config, values=values, load_interval_s=5.0, rng=random.Random(0))
     first = Notification(7, "e", 1, "ops", 1, {"bench": "alert", "sent_at": time.time()}, 3)
     server.arrived(first)
     server.arrived(Notification(**{**first.__dict__, "replay": True}))

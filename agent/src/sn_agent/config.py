@@ -21,7 +21,7 @@ else:  # pragma: no cover - Python 3.9 and 3.10
 
 ATTRIBUTE_TYPES = ("string", "int", "float", "bool", "version")
 TOP_LEVEL_KEYS = ("url", "token_file", "state_dir", "policy_file", "attributes", "providers")
-TOP_LEVEL_KEYS += ("actions",)
+TOP_LEVEL_KEYS += ("actions", "answer_without_action")
 PROVIDER_KEYS = ("command", "file", "interval_s", "type", "field", "timeout_s")
 ACTION_KEYS = ("command", "timeout_s", "user", "cwd", "env", "idempotent")
 DEFAULT_ACTION_TIMEOUT_S = 60.0
@@ -76,6 +76,8 @@ class Config:
     attributes: Dict[str, Any] = field(default_factory=dict)
     providers: Dict[str, Provider] = field(default_factory=dict)
     actions: Dict[str, Action] = field(default_factory=dict)
+    # A notification without an action is confirmed; with this, also answered `ok`.
+    answer_without_action: bool = False
 
     def token(self) -> str:
         """The token, read from `token_file` (checked again: it may have changed)."""
@@ -117,6 +119,7 @@ def from_dict(data: dict, *, source: Path) -> Config:
         attributes=static_attributes(table(data, "attributes", "")),
         providers=providers(table(data, "providers", ""), base),
         actions=actions(table(data, "actions", ""), base),
+        answer_without_action=flag(data, "answer_without_action", ""),
     )
     shared = sorted(set(config.attributes) & set(config.providers))
     if shared:
@@ -252,9 +255,6 @@ def action(name: str, spec: Any, base: Path) -> Action:
     user = spec.get("user")
     if user is not None and (not isinstance(user, str) or not user):
         raise ConfigError(f"{where}.user", "expected a user name")
-    idempotent = spec.get("idempotent", False)
-    if not isinstance(idempotent, bool):
-        raise ConfigError(f"{where}.idempotent", "expected true or false")
     return Action(
         name=name,
         command=argv(spec, where),
@@ -262,8 +262,15 @@ def action(name: str, spec: Any, base: Path) -> Action:
         user=user,
         cwd=path_value(spec, "cwd", base, where=f"{where}.cwd"),
         env=names(spec, where),
-        idempotent=idempotent,
+        idempotent=flag(spec, "idempotent", where),
     )
+
+
+def flag(spec: dict, key: str, where: str) -> bool:
+    value = spec.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}.{key}" if where else key, "expected true or false")
+    return value
 
 
 def argv(spec: dict, where: str) -> Tuple[str, ...]:

@@ -68,6 +68,7 @@ class Journal:
         self.db = sqlite3.connect(str(path), isolation_level=None, timeout=5)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("PRAGMA cache_size=-256")  # KiB: the journal is small
         self.db.executescript(SCHEMA)
 
     def close(self) -> None:

@@ -24,6 +24,8 @@ from sn_agent.journal import Journal
 from sn_agent.logs import emit
 
 PRUNE_EVERY = 200
+# The answer to a notification without an action, when the configuration asks for one.
+NOTED = actions.Outcome("ok", {"exit_code": None, "output": "noted (no action asked)"})
 # What a request may end with when the connection goes or the console refuses: the
 # next login states everything again.
 LOST = (AgentError, ConnectionError, OSError, asyncio.TimeoutError)
@@ -44,8 +46,10 @@ def boot_id() -> str:
 class AgentService:
     """One agent: its configuration, journal and connection."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, observer=None) -> None:
         self.config = config
+        # Sees every notification as it comes off the wire (sn_agent.client.Agent).
+        self.observer = observer
         self.boot = boot_id()
         self.journal: Optional[Journal] = None
         self.agent: Optional[Agent] = None
@@ -69,7 +73,9 @@ class AgentService:
             await self.recover()
             await self._measure_all()
             after = self.journal.position()
-            self.agent = Agent(self.config.url, self.config.token(), after_position=after)
+            self.agent = Agent(
+                self.config.url, self.config.token(), after_position=after, observer=self.observer
+            )
             emit("starting", url=self.config.url, position=after)
             await self._serve()
         finally:
@@ -78,6 +84,8 @@ class AgentService:
     async def _serve(self) -> None:
         measuring = [asyncio.ensure_future(self._keep_measuring(p)) for p in self._providers()]
         self._main = asyncio.ensure_future(self.agent.run(self.handle, on_connect=self.on_connect))
+        if self.stopping:  # stopped while it was starting
+            self._main.cancel()
         try:
             await self._main
         except asyncio.CancelledError:
@@ -189,7 +197,7 @@ class AgentService:
         name = content.get("action")
         emit("notification", **_described(notification), action=name)
         if name is None:
-            self.journal.note(notification, action=None, state="noted")
+            await self._note(notification)
             return
         action = self.config.actions.get(name) if isinstance(name, str) else None
         if action is None:
@@ -198,6 +206,15 @@ class AgentService:
         else:
             outcome = await self._run_action(action, notification)
         await self._settle(notification.position, notification.delivery, outcome)
+
+    async def _note(self, notification: Notification) -> None:
+        """A notification that asks for no action (an alert): written down, and
+        answered `ok` if the configuration says so."""
+        if not self.config.answer_without_action:
+            self.journal.note(notification, action=None, state="noted")
+            return
+        self.journal.note(notification, action=None, state="started", boot=self.boot)
+        await self._settle(notification.position, notification.delivery, NOTED)
 
     async def _run_action(self, action, notification: Notification) -> actions.Outcome:
         files = actions.RunFiles(self.config.state_dir, notification.position)
@@ -225,15 +242,17 @@ class AgentService:
         finish (docs/agent.md, "Exactly once"). Its answer goes at the next login."""
         for entry in self.journal.unfinished():
             files = actions.RunFiles(self.config.state_dir, entry.position)
-            action = self.config.actions.get(entry.action or "")
-            outcome, cut_short = await actions.outcome_after_restart(
-                action, files, started_at=entry.taken_at, same_boot=entry.boot == self.boot
-            )
-            if outcome is None:
-                outcome = await self._again(entry, action, files, cut_short)
+            outcome = NOTED if entry.action is None else await self._outcome_of(entry, files)
             emit("recovered", position=entry.position, status=outcome.status)
             self.journal.finish(entry.position, outcome.status, outcome.result)
             files.remove()
+
+    async def _outcome_of(self, entry, files: actions.RunFiles) -> actions.Outcome:
+        action = self.config.actions.get(entry.action)
+        outcome, cut_short = await actions.outcome_after_restart(
+            action, files, started_at=entry.taken_at, same_boot=entry.boot == self.boot
+        )
+        return outcome or await self._again(entry, action, files, cut_short)
 
     async def _again(self, entry, action, files, cut_short: bool) -> actions.Outcome:
         """The action never ran (run it now), or was cut short (run it again only if
