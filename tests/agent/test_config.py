@@ -135,3 +135,9 @@ def test_check_config_says_what_it_found_in_a_good_file(tmp_path):
 
     assert done.returncode == 0, done.stderr
     assert "ok (3 static attributes, 2 providers, 2 actions)" in done.stdout
+
+
+def test_check_config_names_an_action_user_that_does_not_exist(tmp_path):
+    config = load(write(tmp_path, GOOD.replace("idempotent = true", 'user = "no-such-user-x"')))
+
+    assert check(config) == ["actions.shutdown.user: no such user here"]

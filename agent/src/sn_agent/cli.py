@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 from sn_agent import __version__
 from sn_agent.client import Agent, AgentError, Notification, SessionEnded
 from sn_agent.config import ConfigError, check, load
-from sn_agent.journal import Journal
+from sn_agent.journal import Journal, StateInUse
 
 DEFAULT_CONFIG = "/etc/sn-agent/agent.toml"
 STATUS_DELIVERIES = 10
@@ -49,6 +49,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return COMMANDS[args.command](args)
     except ConfigError as error:
         print(f"sn-agent: {args.config}: {error}", file=sys.stderr)
+        return 2
+    except StateInUse as error:
+        print(f"sn-agent: state_dir: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -158,7 +158,15 @@ def read_token(path: Path) -> str:
 
 
 def check_programs(config: Config) -> None:
+    """Each action's program exists here, and its user if it names one."""
+    import pwd
+
     for action in config.actions.values():
+        if action.user is not None:
+            try:
+                pwd.getpwnam(action.user)
+            except KeyError:
+                raise ConfigError(f"actions.{action.name}.user", "no such user here") from None
         program = action.command[0]
         if shutil.which(program) is None:
             where = f"actions.{action.name}.command"

@@ -9,7 +9,9 @@ every position it was handed, whether to run it, wait for it, or only answer it
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -56,15 +58,23 @@ class Entry:
     done_at: Optional[float]
 
 
+class StateInUse(Exception):
+    """Another agent process uses this state folder (two copies would run every action
+    twice)."""
+
+
 class Journal:
-    """The agent's durable record, in `state_dir/journal.sqlite3`."""
+    """The agent's durable record, in `state_dir/journal.sqlite3`. Opened for writing,
+    it holds `state_dir/lock` for as long as it is open: one agent per state folder."""
 
     def __init__(self, state_dir: Path, *, read_only: bool = False) -> None:
         path = Path(state_dir) / "journal.sqlite3"
+        self.lock_fd: Optional[int] = None
         if read_only:
             uri = f"file:{path}?mode=ro"
             self.db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5)
             return
+        self.lock_fd = _lock(Path(state_dir) / "lock")
         self.db = sqlite3.connect(str(path), isolation_level=None, timeout=5)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
@@ -73,6 +83,8 @@ class Journal:
 
     def close(self) -> None:
         self.db.close()
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)  # and with it the lock
 
     def position(self) -> Optional[int]:
         """The last position handed to this agent's application, or None if none."""
@@ -147,6 +159,20 @@ class Journal:
             f"SELECT {columns} taken_at, done_at FROM deliveries {where}", params
         )
         return [_entry(row) for row in rows]
+
+
+def _lock(path: Path) -> int:
+    """Hold an exclusive lock on `path` (released when the process ends, however)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise StateInUse(f"another sn-agent (pid {holder}) uses {path.parent}") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
 
 
 def _entry(row: tuple) -> Entry:
