@@ -42,7 +42,7 @@ WEB_SERVER_CTL = Path(__file__).resolve().parent / "web_server_ctl"
 # Between two agents' first connections, so as not to stampede: at most 2,000 a second
 # per process, well above what a console serves.
 CONNECT_SPREAD_S = 0.0005
-CGI_READ_EVERY_S = 1.0
+CGI_READ_EVERY_S = 2.0
 # How long a stopped fleet waits for what is left before it exits anyway.
 FINISH_TIMEOUT_S = 10.0
 

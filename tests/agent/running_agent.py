@@ -69,6 +69,10 @@ timeout_s = {timeout_s}
 [actions.sleep]
 command = ["sleep", "30"]
 timeout_s = 1
+
+[actions.slow]
+command = ["sh", "-c", "sleep 2; echo finished"]
+timeout_s = 30
 """
 
     def start(self) -> None:
@@ -82,6 +86,14 @@ timeout_s = 1
         self.process.send_signal(signum)
         out, _ = self.process.communicate(timeout=30)
         return out
+
+    def wait_until_an_action_runs(self) -> int:
+        """The process group id of the action the agent is running, once it runs."""
+        running = self.folder / "state" / "running"
+        wait_for(lambda: any("started" in m.read_text() for m in running.glob("*.mark")),
+                 "an action started")  # fmt: skip
+        [mark] = [m for m in running.glob("*.mark") if "started" in m.read_text()]
+        return int(mark.read_text().split()[1])
 
     def recorded(self) -> list[dict]:
         if not self.ran.exists():

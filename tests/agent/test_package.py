@@ -64,7 +64,7 @@ def test_the_installed_agent_checks_its_config_and_runs_an_action(
     _, server = web_server
     agent = RunningAgent(tmp_path, agent_url(asgi_server), issue_token(client=server, actor=ISSUER))
     checked = run([installed / "sn-agent", "check-config", "--config", agent.config])
-    assert "ok (4 static attributes, 1 providers, 2 actions)" in checked
+    assert "ok (4 static attributes, 1 providers, 3 actions)" in checked
 
     agent.process = subprocess.Popen(
         [installed / "sn-agent", "run", "--config", agent.config],

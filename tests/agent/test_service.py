@@ -5,6 +5,7 @@ real commands; it is killed and started again as a real one would be."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -67,6 +68,31 @@ def test_an_agent_killed_and_started_again_runs_nothing_twice_and_misses_nothing
 
     wait_answered(second)
     assert [r["event"] for r in agent.recorded()] == [str(first.pk), str(second.pk)]
+
+
+def test_an_action_running_when_the_agent_was_killed_is_waited_for_and_its_outcome_sent(
+    agent, web_server
+):
+    agent.start()
+    event = command(web_server, "slow")
+    agent.wait_until_an_action_runs()
+    agent.stop(signal.SIGKILL)  # the action goes on, in its own process group
+    agent.start()
+
+    delivery = wait_answered(event)
+    assert delivery.state == "acked" and delivery.result["output"] == "finished\n"
+
+
+def test_an_action_killed_with_the_agent_is_answered_failed_not_run_again(agent, web_server):
+    agent.start()
+    event = command(web_server, "slow")
+    group = agent.wait_until_an_action_runs()
+    agent.stop(signal.SIGKILL)
+    os.killpg(group, signal.SIGKILL)  # as a reboot, or a service manager killing all
+    agent.start()
+
+    delivery = wait_answered(event)
+    assert delivery.state == "failed" and "stopped while the action ran" in delivery.result["error"]
 
 
 def test_sigterm_lets_the_running_action_finish_then_exits(agent, web_server):
