@@ -141,3 +141,14 @@ def test_check_config_names_an_action_user_that_does_not_exist(tmp_path):
     config = load(write(tmp_path, GOOD.replace("idempotent = true", 'user = "no-such-user-x"')))
 
     assert check(config) == ["actions.shutdown.user: no such user here"]
+
+
+def test_run_says_when_the_state_folder_cannot_be_made(tmp_path):
+    path = write(tmp_path, GOOD.replace('state_dir = "state"', 'state_dir = "/dev/null/state"'))
+    done = subprocess.run(
+        [sys.executable, "-m", "sn_agent", "run", "--config", str(path)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+    assert done.returncode == 2
+    assert "state_dir: cannot create /dev/null/state: Not a directory" in done.stderr

@@ -65,7 +65,10 @@ class AgentService:
     async def run(self) -> None:
         """Recover what a previous run left, then serve until stopped (SIGTERM)."""
         state_dir = self.config.state_dir
-        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as error:
+            raise ConfigError("state_dir", f"cannot create {state_dir}: {error.strerror}") from None
         self.journal = Journal(state_dir)
         self.journal.set_fact("pid", os.getpid())
         self.journal.set_fact("connected", False)
