@@ -52,6 +52,12 @@ def write(folder: Path, text: str, *, token_mode: int = 0o600) -> Path:
     return path
 
 
+def sn_agent(command: str, config: Path) -> subprocess.CompletedProcess:
+    """`sn-agent COMMAND --config CONFIG`, run as a process of its own."""
+    argv = [sys.executable, "-m", "sn_agent", command, "--config", str(config)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+
+
 def error_of(folder: Path, text: str) -> ConfigError:
     with pytest.raises(ConfigError) as raised:
         load(write(folder, text))
@@ -117,21 +123,16 @@ def test_a_token_others_can_read_is_refused_with_the_fix(tmp_path):
 
 
 def test_check_config_exits_2_naming_a_missing_program(tmp_path):
-    path = write(tmp_path, GOOD.replace('["true"]', '["no-such-program-here"]'))
-    done = subprocess.run(
-        [sys.executable, "-m", "sn_agent", "check-config", "--config", str(path)],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+    done = sn_agent(
+        "check-config", write(tmp_path, GOOD.replace('["true"]', '["no-such-program-here"]'))
+    )
 
     assert done.returncode == 2
     assert "actions.shutdown.command: 'no-such-program-here' is not an executable" in done.stderr
 
 
 def test_check_config_says_what_it_found_in_a_good_file(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "sn_agent", "check-config", "--config", str(write(tmp_path, GOOD))],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+    done = sn_agent("check-config", write(tmp_path, GOOD))
 
     assert done.returncode == 0, done.stderr
     assert "ok (3 static attributes, 2 providers, 2 actions)" in done.stdout
@@ -145,10 +146,7 @@ def test_check_config_names_an_action_user_that_does_not_exist(tmp_path):
 
 def test_run_says_when_the_state_folder_cannot_be_made(tmp_path):
     path = write(tmp_path, GOOD.replace('state_dir = "state"', 'state_dir = "/dev/null/state"'))
-    done = subprocess.run(
-        [sys.executable, "-m", "sn_agent", "run", "--config", str(path)],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+    done = sn_agent("run", path)
 
     assert done.returncode == 2
     assert "state_dir: cannot create /dev/null/state: Not a directory" in done.stderr

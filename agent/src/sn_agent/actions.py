@@ -195,12 +195,12 @@ def timed_out(action: Action, files: RunFiles) -> Outcome:
     return Outcome("failed", {"exit_code": None, "output": files.output_head(), "error": reason})
 
 
-def not_configured(name: object) -> Outcome:
-    return Outcome("failed", {"exit_code": None, "output": "", "error": "no such action here"})
-
-
 def refused(reason: str) -> Outcome:
     return Outcome("failed", {"exit_code": None, "output": "", "error": reason})
+
+
+def not_configured() -> Outcome:
+    return refused("no such action here")
 
 
 def kill_group(pgid: int) -> None:
@@ -208,9 +208,10 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def group_alive(pgid: int) -> bool:
+def alive(pid: int, *, group: bool = False) -> bool:
+    """Whether the process (or, with `group`, the process group) `pid` exists."""
     try:
-        os.killpg(pgid, 0)
+        (os.killpg if group else os.kill)(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, as another user
@@ -237,7 +238,7 @@ async def outcome_after_restart(
 
 
 async def _wait_for_group(pgid: int, *, deadline: float) -> None:
-    while group_alive(pgid):
+    while alive(pgid, group=True):
         if time.time() >= deadline:
             kill_group(pgid)
             return

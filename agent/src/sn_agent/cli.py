@@ -19,6 +19,7 @@ from dataclasses import asdict
 from typing import Any, Dict, List, Optional
 
 from sn_agent import __version__
+from sn_agent.actions import alive
 from sn_agent.client import Agent, AgentError, Notification, SessionEnded
 from sn_agent.config import ConfigError, check, load
 from sn_agent.journal import Journal, StateInUse
@@ -98,7 +99,8 @@ def status_report(state_dir) -> Dict[str, Any]:
     journal = Journal(state_dir, read_only=True)
     try:
         facts = journal.facts()
-        running = _alive(facts.get("pid"))
+        pid = facts.get("pid")
+        running = isinstance(pid, int) and alive(pid)
         entries = journal.latest(STATUS_DELIVERIES)
         position = journal.position()
     finally:
@@ -124,18 +126,6 @@ def status_text(report: Dict[str, Any]) -> str:
         action = entry["action"] or "-"
         lines.append(f"  {entry['position']:>6}  {when}  {action:<16} {outcome}{answered}")
     return "\n".join(lines)
-
-
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # One session by hand --------------------------------------------------------------------

@@ -221,11 +221,17 @@ def providers(tables: dict, base: Path) -> dict:
     return {name: provider(name, spec, base) for name, spec in tables.items()}
 
 
-def provider(name: str, spec: Any, base: Path) -> Provider:
-    where = f"providers.{name}"
+def checked_table(spec: Any, keys: tuple, where: str) -> dict:
+    """`spec`, which must be a table holding only `keys`."""
     if not isinstance(spec, dict):
         raise ConfigError(where, "expected a table")
-    only_known(spec, PROVIDER_KEYS, where=where)
+    only_known(spec, keys, where=where)
+    return spec
+
+
+def provider(name: str, spec: Any, base: Path) -> Provider:
+    where = f"providers.{name}"
+    spec = checked_table(spec, PROVIDER_KEYS, where)
     if ("command" in spec) == ("file" in spec):
         raise ConfigError(where, "needs exactly one of command (an argv list) or file")
     kind = spec.get("type")
@@ -257,9 +263,7 @@ def actions(tables: dict, base: Path) -> dict:
 
 def action(name: str, spec: Any, base: Path) -> Action:
     where = f"actions.{name}"
-    if not isinstance(spec, dict):
-        raise ConfigError(where, "expected a table")
-    only_known(spec, ACTION_KEYS, where=where)
+    spec = checked_table(spec, ACTION_KEYS, where)
     user = spec.get("user")
     if user is not None and (not isinstance(user, str) or not user):
         raise ConfigError(f"{where}.user", "expected a user name")

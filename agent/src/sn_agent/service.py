@@ -123,13 +123,17 @@ class AgentService:
         except ConfigError as error:
             emit("reload_refused", error=str(error))
             return
-        moved = (config.url, config.token()) != (self.config.url, self.config.token())
         self.config = config
+        if self.agent is None:  # not connected yet: it will use the new one
+            emit("reloaded", reconnecting=False)
+            return
+        address = (config.url, config.token())
+        moved = address != (self.agent.url, self.agent.token)
         emit("reloaded", reconnecting=moved)
-        if self.agent is not None:
-            self.agent.url, self.agent.token = config.url, config.token()
-            work = self._reconnect() if moved else self._state_again()
-            self._reloading = asyncio.ensure_future(work)
+        if moved:
+            self.agent.url, self.agent.token = address
+        work = self._reconnect() if moved else self._state_again()
+        self._reloading = asyncio.ensure_future(work)
 
     async def _reconnect(self) -> None:
         await self.agent.close()
@@ -204,8 +208,8 @@ class AgentService:
             return
         action = self.config.actions.get(name) if isinstance(name, str) else None
         if action is None:
-            outcome = actions.not_configured(name)
-            self.journal.note(notification, action=str(name), state="started", boot=self.boot)
+            outcome = actions.not_configured()
+            self._started(notification, str(name))
         else:
             outcome = await self._run_action(action, notification)
         await self._settle(notification.position, notification.delivery, outcome)
@@ -216,7 +220,7 @@ class AgentService:
         if not self.config.answer_without_action:
             self.journal.note(notification, action=None, state="noted")
             return
-        self.journal.note(notification, action=None, state="started", boot=self.boot)
+        self._started(notification, None)
         await self._settle(notification.position, notification.delivery, NOTED)
 
     async def _run_action(self, action, notification: Notification) -> actions.Outcome:
@@ -224,12 +228,16 @@ class AgentService:
         try:
             gated = await actions.start(action, notification, files)
         except (OSError, KeyError, ValueError) as error:  # no such program, user, folder
-            self.journal.note(notification, action=action.name, state="started", boot=self.boot)
+            self._started(notification, action.name)
             return actions.refused(f"could not start: {error}")
-        self.journal.note(notification, action=action.name, state="started", boot=self.boot)
+        self._started(notification, action.name)
         gated.open()
         emit("action_started", action=action.name, position=notification.position)
         return await gated.outcome(action)
+
+    def _started(self, notification: Notification, action: Optional[str]) -> None:
+        """Write the delivery down as started: from now on, a restart settles it."""
+        self.journal.note(notification, action=action, state="started", boot=self.boot)
 
     async def _settle(self, position: int, delivery: int, outcome: actions.Outcome) -> None:
         self.journal.finish(position, outcome.status, outcome.result)
@@ -261,7 +269,7 @@ class AgentService:
         """The action never ran (run it now), or was cut short (run it again only if
         it is idempotent)."""
         if action is None:
-            return actions.not_configured(entry.action)
+            return actions.not_configured()
         if cut_short and not action.idempotent:
             return actions.refused(RESTARTED_DURING_THE_ACTION)
         notification = files.read_notification()
@@ -285,9 +293,7 @@ class AgentService:
             await asyncio.sleep(provider.interval_s)
             provider = self.config.providers.get(provider.name, provider)
             if await self._measure(provider) and self.agent.connected:
-                with contextlib.suppress(
-                    AgentError, ConnectionError, OSError, asyncio.TimeoutError
-                ):
+                with contextlib.suppress(*LOST):
                     await self.agent.update({provider.name: self.measured[provider.name]})
 
     async def _measure(self, provider) -> bool:
