@@ -25,6 +25,8 @@ MANAGE_AUTHORITIES = "broker.change_authority"
 # per sender client (or globally, for every sender); deciding who holds it is the admin's.
 SEND_AS = "broker.send_as_client"
 DELEGATE_SENDING = "broker.delegate_sending"
+# Console accounts: lockouts, and (in Django's admin) users and their roles; the admin's.
+MANAGE_ACCOUNTS = "auth.change_user"
 # Reports (docs/reports.md): every role reads them (the audit review also needs
 # READ_AUDIT); operators and auditors start them.
 READ_REPORTS = "reports.view_reportrun"

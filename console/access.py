@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import wraps
 
+from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -57,3 +58,15 @@ def refuse(request: HttpRequest, *, permission: str, action: str) -> HttpRespons
     context = {"role": role, "action": action}
     template = "console/forbidden.html#refusal" if request.htmx else "console/forbidden.html"
     return render(request, template, context, status=403)
+
+
+def client_address(request: HttpRequest) -> str:
+    """The address a request comes from: the socket's peer, or behind
+    TRUSTED_PROXY_COUNT reverse proxies the address the outermost of them saw (each
+    proxy appends the address it saw to X-Forwarded-For, so only the last N entries
+    were written by proxies we trust; anything before them the client chose)."""
+    proxies = settings.TRUSTED_PROXY_COUNT
+    forwarded = [a.strip() for a in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+    if proxies and len(forwarded) >= proxies and forwarded[-proxies]:
+        return forwarded[-proxies]
+    return request.META.get("REMOTE_ADDR", "")

@@ -6,6 +6,7 @@ DATABASE_URL and REDIS_URL to private embedded servers when they are not given.
 """
 
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import reports
@@ -66,6 +67,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "guardian",
+    "axes",
     "console",
     "broker",
     "reports",
@@ -85,6 +87,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "console.middleware.RefuseUnstorableText",
+    # Last: turns a login refused for too many failures into the lockout page (429).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -115,11 +119,29 @@ AUTH_PASSWORD_VALIDATORS = [
 # rows (broker.reads.sending.granted_sender_ids); its backend answers has_perm(perm, obj)
 # for the admin and integrations. The console has no anonymous user.
 AUTHENTICATION_BACKENDS = [
+    # First: refuses every login, even with the right password, while its user or its
+    # address is locked out (django-axes; docs/security.md).
+    "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
 GUARDIAN_ANONYMOUS_USER_NAME = None
 LOGIN_URL = "login"
+
+# Password guessing (django-axes): this many failed logins for one username, or from one
+# address, within LOGIN_COOLOFF_MIN minutes lock that username or address out until
+# that long after its last failure; an admin lifts a lockout on the Lockouts page.
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_COOLOFF_MIN", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_HTTP_RESPONSE_CODE = 429
+# Whose address a request comes from (console.access.client_address): behind this many
+# reverse proxies, the one the nearest proxy saw; with 0, the socket's own peer.
+TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)
+AXES_CLIENT_IP_CALLABLE = "console.access.client_address"
+# Successful logins are audited by the console; axes keeps only the failures.
+AXES_DISABLE_ACCESS_LOG = True
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
@@ -299,4 +321,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_choice("LOG_LEVEL", "INFO", LOG_LEVELS)},
+    # django-axes logs every failed login at INFO; the audit log records each already.
+    "loggers": {"axes": {"level": "WARNING"}},
 }

@@ -1,5 +1,6 @@
 """Operators' logins and logouts go to the audit log (the receivers only record)."""
 
+from axes.signals import user_locked_out
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
 from django.db.models.signals import post_migrate
 from django.dispatch import receiver
@@ -28,11 +29,26 @@ def audit_logout(sender, request, user, **kwargs) -> None:
 
 @receiver(user_login_failed)
 def audit_failed_login(sender, credentials, request=None, **kwargs) -> None:
+    if getattr(request, "axes_locked_out", False):
+        return  # refused for the lockout, whatever the password: audit_lockout records it
     audit.record_refusal(
         actor=_operator(credentials.get("username", "")),
         action="console.login",
         target="console",
         reason="wrong username or password",
+    )
+
+
+@receiver(user_locked_out)
+def audit_lockout(sender, request, username, ip_address, **kwargs) -> None:
+    """Each login refused because its username or address is locked out (django-axes
+    sends this for the failure that locks, and for every attempt while locked)."""
+    audit.record_refusal(
+        actor=_operator(username or ""),
+        action="console.login",
+        target="console",
+        reason=f"locked out: too many failed logins for {username!r} or from {ip_address}",
+        details={"address": ip_address, "locked_out": True},
     )
 
 

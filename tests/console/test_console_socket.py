@@ -8,8 +8,6 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from tests.cast import OPERATOR
-
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -18,7 +16,7 @@ def socket_url(base_url: str) -> str:
 
 
 def logged_in_cookie(client, operator) -> str:
-    client.login(username=OPERATOR.username, password=OPERATOR.password)
+    client.force_login(operator)
     return f"sessionid={client.cookies['sessionid'].value}"
 
 

@@ -4,7 +4,6 @@ import pytest
 from django.urls import reverse
 
 from console import health
-from tests.cast import OPERATOR
 
 pytestmark = pytest.mark.django_db
 
@@ -55,7 +54,7 @@ def test_health_page_needs_a_login(client):
 
 
 def test_htmx_request_gets_only_the_checks_fragment(client, operator, celery_worker):
-    client.login(username=OPERATOR.username, password=OPERATOR.password)
+    client.force_login(operator)
     response = client.get(reverse("health"), headers={"HX-Request": "true"})
     body = response.content.decode()
     assert response.status_code == 200
@@ -65,7 +64,7 @@ def test_htmx_request_gets_only_the_checks_fragment(client, operator, celery_wor
 
 
 def test_full_health_page_starts_pending_and_asks_htmx_for_the_checks(client, operator):
-    client.login(username=OPERATOR.username, password=OPERATOR.password)
+    client.force_login(operator)
     body = client.get(reverse("health")).content.decode()
     assert 'data-health-state="pending"' in body
     assert 'hx-get="/healthz"' in body

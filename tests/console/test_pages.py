@@ -35,14 +35,14 @@ def test_wrong_password_is_refused_with_a_message(client, operator):
 
 
 def test_logout_is_a_post_and_ends_the_session(client, operator):
-    client.login(username=OPERATOR.username, password=OPERATOR.password)
+    client.force_login(operator)
     response = client.post(reverse("logout"))
     assert response.status_code == 302
     assert client.get(reverse("home")).status_code == 302
 
 
 def test_htmx_is_vendored_and_no_page_loads_from_a_cdn(client, operator):
-    client.login(username=OPERATOR.username, password=OPERATOR.password)
+    client.force_login(operator)
     body = client.get(reverse("home")).content.decode()
     assert finders.find("vendor/htmx-2.0.11/htmx.min.js")
     assert 'src="/static/vendor/htmx-2.0.11/htmx.' in body

@@ -1,0 +1,45 @@
+"""The console's operators: logins locked out for too many failures (django-axes keeps
+the failed attempts; broker.services.operators lifts lockouts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from axes.models import AccessAttempt
+from django.conf import settings
+from django.db.models import Max, Sum
+from django.utils import timezone
+
+USERNAME = "username"
+ADDRESS = "address"
+
+
+@dataclass(frozen=True)
+class Lockout:
+    """A username or an address refused at login until `until`."""
+
+    kind: str  # USERNAME or ADDRESS
+    value: str
+    failures: int
+    last_failure: datetime
+
+    @property
+    def until(self) -> datetime:
+        return self.last_failure + settings.AXES_COOLOFF_TIME
+
+
+def current_lockouts() -> list[Lockout]:
+    """Every username and address with AXES_FAILURE_LIMIT failed logins or more within
+    the cool-off before its last one, counted as django-axes counts them; latest first."""
+    recent = AccessAttempt.objects.filter(
+        attempt_time__gte=timezone.now() - settings.AXES_COOLOFF_TIME
+    )
+    found = [
+        Lockout(kind, row[field] or "", row["failures"], row["last"])
+        for kind, field in ((USERNAME, "username"), (ADDRESS, "ip_address"))
+        for row in recent.values(field)
+        .annotate(failures=Sum("failures_since_start"), last=Max("attempt_time"))
+        .filter(failures__gte=settings.AXES_FAILURE_LIMIT)
+    ]
+    return sorted(found, key=lambda lockout: lockout.last_failure, reverse=True)
