@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from typing import Any
 
 from broker.errors import BrokerError, InvalidInput
@@ -129,3 +130,55 @@ def printable_text(text: str, limit: int | None = None) -> str:
 
 def _joined(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
+
+
+# Characters that show nothing, or change how the text around them reads, so that what
+# an operator sees could differ from what a receiver acts on: controls (but tab and
+# line breaks), Unicode's format characters (bidirectional overrides and isolates,
+# zero-width spaces and joiners, the byte-order mark, tags...), the line and paragraph
+# separators, and blanks that are letters (Hangul fillers, the grapheme joiner, the
+# blank braille pattern). tests/broker/test_inputs.py checks the list against Python's
+# Unicode tables.
+INVISIBLE = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f"
+    "\u0890\u0891\u08e2\u115f\u1160\u17b4\u17b5\u180e\u200b-\u200f\u2028-\u202e"
+    "\u2060-\u2064\u2066-\u206f\u2800\u3164\ufeff\uffa0\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001"
+    "\U000e0020-\U000e007f]"
+)
+
+
+def reveal_invisible(text: str) -> str:
+    """`text` with each invisible character spelled out visibly, as ⟨U+202E⟩."""
+    return INVISIBLE.sub(lambda found: f"⟨U+{ord(found[0]):04X}⟩", text)
+
+
+def invisible_characters(text: str) -> list[str]:
+    """The invisible characters `text` holds, each once, as "U+202E RIGHT-TO-LEFT
+    OVERRIDE", in order of code point."""
+    found = sorted(set(INVISIBLE.findall(text)))
+    return [f"U+{ord(c):04X} {unicodedata.name(c, 'control character')}" for c in found]
+
+
+def invisible_in(value: Any, path: str) -> list[tuple[str, list[str]]]:
+    """Where in `value` (text, or JSON-like dicts and lists, keys included) invisible
+    characters hide: (path, invisible_characters) for each text that holds some."""
+    if isinstance(value, str):
+        found = invisible_characters(value)
+        return [(path, found)] if found else []
+    if isinstance(value, dict):
+        return [
+            hit
+            for key, item in value.items()
+            for hit in [
+                *invisible_in(str(key), f"{path} (a name)"),
+                *invisible_in(item, _joined(path, str(key))),
+            ]
+        ]
+    if isinstance(value, list):
+        return [
+            hit
+            for index, item in enumerate(value)
+            for hit in invisible_in(item, f"{path}[{index}]")
+        ]
+    return []

@@ -1,5 +1,5 @@
 """Refusing, before any view, console requests whose text cannot be stored; closing a
-request's database connections after it."""
+request's database connections after it; spelling out invisible characters in pages."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from django.db import connections
 from django.http import HttpRequest, HttpResponse
 
 from broker.errors import InvalidInput
-from broker.inputs import check_text
+from broker.inputs import INVISIBLE, check_text, reveal_invisible
 
 API_PREFIX = "/api/"  # the API refuses such input itself, as JSON
 
@@ -58,3 +58,25 @@ class CloseDatabaseConnections:
             for connection in connections.all(initialized_only=True):
                 if not connection.in_atomic_block:
                     connection.close()
+
+
+class RevealInvisibleCharacters:
+    """Every invisible character in an HTML page or fragment is shown as ⟨U+202E⟩
+    (broker.inputs.INVISIBLE): a right-to-left override in an event's content, a
+    zero-width space in a client's name or a policy would otherwise make the page read
+    differently from what the service acts on. The templates hold none, so each one
+    came from data. Text posted back from a form so shown holds the visible spelling."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if response.streaming or not response.get("Content-Type", "").startswith("text/html"):
+            return response
+        text = response.content.decode(response.charset)
+        if INVISIBLE.search(text):
+            response.content = reveal_invisible(text).encode(response.charset)
+            if response.has_header("Content-Length"):
+                response["Content-Length"] = str(len(response.content))
+        return response

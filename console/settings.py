@@ -9,6 +9,8 @@ import re
 from datetime import timedelta
 from pathlib import Path
 
+from csp.constants import NONE, SELF
+
 import reports
 from console.env import (
     ConfigurationError,
@@ -68,6 +70,7 @@ INSTALLED_APPS = [
     "template_partials",
     "guardian",
     "axes",
+    "csp",
     "console",
     "broker",
     "reports",
@@ -85,8 +88,10 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "console.middleware.RefuseUnstorableText",
+    "console.middleware.RevealInvisibleCharacters",
     # Last: turns a login refused for too many failures into the lockout page (429).
     "axes.middleware.AxesMiddleware",
 ]
@@ -171,6 +176,24 @@ SECURE_HSTS_SECONDS = 31536000 if HTTPS else 0
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy on every response (django-csp): scripts, styles, images and
+# connections from the console itself only; no inline script or style (no nonce is
+# needed: the templates have none, and htmx runs without eval), no plugins, no framing.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [NONE],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],  # the console's socket: same origin, ws: or wss:
+        "manifest-src": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+        "base-uri": [NONE],
+        "object-src": [NONE],
+    }
+}
 
 # The Redis that carries pushes to agents' connections (REDIS_URL unless set): a
 # deployment may keep this traffic off the Redis that queues the tree's tasks.

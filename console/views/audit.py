@@ -3,8 +3,6 @@ target, outcome and time, a page at a time, and exported as CSV."""
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from datetime import tzinfo
@@ -21,14 +19,13 @@ from broker.reads.audit import OUTCOMES, AuditQuery, audit_page, export_batches
 from broker.roles import READ_AUDIT
 from broker.services.audit_exports import record_export
 from console.access import actor_of, requires
+from console.csv_cells import csv_text, safe_cell
 
 TEMPLATE = "console/audit.html"
 FILTERS_FORM = "audit-filters"  # the form's id: its own requests need no fresh copy
 # Sortable columns: (label, ascending order, descending order); time is newest first.
 SORTABLE = {"time": ("at", "-at"), "actor": ("actor", "-actor"), "action": ("action", "-action")}
 CSV_COLUMNS = ("at", "actor", "action", "target", "outcome", "reason", "details")
-# A spreadsheet runs a cell starting with one of these as a formula (CSV injection).
-FORMULA_STARTS = frozenset("=+-@\t\r")
 
 
 @require_GET
@@ -75,15 +72,9 @@ def export_csv(request: HttpRequest) -> HttpResponse:
 def csv_chunks(query: AuditQuery) -> Iterator[str]:
     """The header, then the matching entries a batch per chunk."""
     zone = timezone.get_current_timezone()
-    yield _csv_text([CSV_COLUMNS])
+    yield csv_text([CSV_COLUMNS])
     for batch in export_batches(query):
-        yield _csv_text(csv_rows(batch, zone))
-
-
-def _csv_text(rows: list) -> str:
-    buffer = io.StringIO()
-    csv.writer(buffer).writerows(rows)
-    return buffer.getvalue()
+        yield csv_text(csv_rows(batch, zone))
 
 
 async def csv_chunks_async(query: AuditQuery) -> AsyncIterator[str]:
@@ -102,8 +93,3 @@ def csv_rows(batch: list, zone: tzinfo) -> list[list[str]]:
          row.target, row.outcome, row.reason, row.details_text))]
         for row in batch
     ]  # fmt: skip
-
-
-def safe_cell(text: str) -> str:
-    """`text`, with a leading ' if a spreadsheet would otherwise run it as a formula."""
-    return f"'{text}" if text and text[0] in FORMULA_STARTS else text

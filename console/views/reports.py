@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import AsyncIterator, Iterator
 from urllib.parse import urlencode
 
@@ -20,7 +18,7 @@ from broker import audit
 from broker.errors import InvalidInput
 from broker.roles import READ_AUDIT, READ_REPORTS, RUN_REPORTS
 from console.access import actor_of, refuse, requires
-from console.views.audit import safe_cell
+from console.csv_cells import csv_text, safe_cell
 from reports import reads, services
 from reports.filters import DEFAULT_PRESET, PRESETS, parse_filters, preset_window, query_of
 from reports.jobs import KINDS, job
@@ -288,9 +286,9 @@ def csv_chunks(run: ReportRun, name: str, section: Section) -> Iterator[str]:
     """The header (the fields' names), then the rows a batch per chunk; values as the
     job wrote them (times ISO 8601, UTC), cells formula-safe."""
     names = section.field_names
-    yield _csv_text([names])
+    yield csv_text([names])
     for batch in reads.export_batches(run, name):
-        yield _csv_text([[_cell(data.get(field)) for field in names] for data in batch])
+        yield csv_text([[_cell(data.get(field)) for field in names] for data in batch])
 
 
 def _cell(value) -> str:
@@ -299,12 +297,6 @@ def _cell(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return safe_cell(value) if isinstance(value, str) else str(value)
-
-
-def _csv_text(rows: list) -> str:
-    buffer = io.StringIO()
-    csv.writer(buffer).writerows(rows)
-    return buffer.getvalue()
 
 
 async def _async_chunks(chunks: Iterator[str]) -> AsyncIterator[str]:

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from broker.errors import BrokerError, NotAuthorised
+from broker.inputs import invisible_in
 from broker.models import Event
 from broker.reads.sending import senders_for
 from broker.roles import SEND
@@ -69,11 +70,23 @@ def _shown(value) -> str:
 def preview(request: HttpRequest) -> HttpResponse:
     """Whom the draft would reach, and who would refuse it and why."""
     try:
-        reach = preview_send(user=request.user, draft=draft_from(request.POST))
+        draft = draft_from(request.POST)
+        reach = preview_send(user=request.user, draft=draft)
     except BrokerError as error:
         return render(request, f"{TEMPLATE}#preview", {"problem": error}, status=400)
-    context = {"reach": reach, "threshold": settings.SEND_CONFIRM_ABOVE}
+    context = {
+        "reach": reach,
+        "threshold": settings.SEND_CONFIRM_ABOVE,
+        "invisible": _invisible_in_draft(draft),
+    }
     return render(request, f"{TEMPLATE}#preview", context)
+
+
+def _invisible_in_draft(draft) -> list[tuple[str, list[str]]]:
+    """Where the draft hides characters that would make it read differently than it
+    acts (a right-to-left override in the content, a zero-width space in a selector)."""
+    fields = {"content": draft.content, "selector": draft.selector, "channel": draft.channel}
+    return [hit for name, value in fields.items() for hit in invisible_in(value, name)]
 
 
 @require_POST

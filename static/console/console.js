@@ -6,6 +6,14 @@
 // as the watch begins if marked data-live-catch-up. A part
 // where the operator ticked rows is not replaced: a notice offers the refresh. Elements
 // with data-elapsed-since (an ISO time) count the time since it, locally, every second.
+// A button marked data-clears="SELECTOR" empties the nearest enclosing element that
+// matches (a dialog's Cancel): in this file, because the Content-Security-Policy
+// allows no inline handler.
+document.addEventListener("click", function (event) {
+  const button = event.target.closest("[data-clears]");
+  if (button) button.closest(button.dataset.clears).replaceChildren();
+});
+
 (function () {
   "use strict";
   const footer = document.getElementById("server-clock");

@@ -50,7 +50,9 @@
       title: { text: title, left: 0, textStyle: { fontSize: 14, fontWeight: 600 } },
       legend: { top: 26, left: 0, type: "scroll" },
       grid: { top: 70, left: 8, right: 24, bottom: 8, containLabel: true },
-      tooltip: { trigger: "axis", axisPointer: { type: "shadow" } },
+      // Drawn in the canvas, not as HTML: names in a tooltip (clients, audit targets) are
+      // text, and the page's Content-Security-Policy allows no inline style.
+      tooltip: { trigger: "axis", axisPointer: { type: "shadow" }, renderMode: "richText" },
       animation: false,
     }, extra);
   }
@@ -113,7 +115,7 @@
     series.push(changePins("trust changes", markers.trust, COLORS.trust, top * 1.5, "triangle"));
     const zoom = count > 60 ? [{ type: "slider", bottom: 4, height: 18 }] : [];
     return base(title, {
-      tooltip: { trigger: "axis", axisPointer: { type: "shadow" }, formatter: function (items) {
+      tooltip: { trigger: "axis", axisPointer: { type: "shadow" }, renderMode: "richText", formatter: function (items) {
         return timelineTip(items, labels, markers);
       } },
       grid: { top: 70, left: 8, right: 24, bottom: zoom.length ? 34 : 8, containLabel: true },
@@ -171,9 +173,9 @@
 
   function timelineTip(items, labels, markers) {
     const i = items.length ? items[0].dataIndex : -1;
-    const lines = ["<strong>" + labels[i] + " UTC</strong>"];
+    const lines = [labels[i] + " UTC"];
     items.forEach(function (item) {
-      if (item.seriesType === "bar" && item.value) lines.push(item.marker + item.seriesName + ": " + item.value + " events");
+      if (item.seriesType === "bar" && item.value) lines.push(item.seriesName + ": " + item.value + " events");
     });
     [["send", "sends"], ["policy", "policy changes"], ["trust", "trust changes"]].forEach(function (t) {
       const found = markers[t[0]].get(i);
@@ -182,7 +184,8 @@
         return shortTime(m.at) + " " + m.action + " " + (m.target || "");
       }).join("; ") + (found.length > 4 ? "; …" : ""));
     });
-    return lines.join("<br>");
+    // Rich text: braces and pipes would be read as style markup.
+    return lines.map(function (line) { return line.replace(/[{}|]/g, " "); }).join("\n");
   }
 
   DRAW["reach.outcomes"] = function (data, title) {

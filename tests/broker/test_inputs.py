@@ -78,3 +78,46 @@ def test_printable_text_spells_out_nul_and_lone_surrogates_and_cuts():
     assert printable_text("a\x00b\ud800c") == r"a\u0000b\ud800c"
     assert printable_text("x" * 300, 200) == "x" * 199 + "…"
     assert printable_text("plain") == "plain"
+
+
+def test_every_control_format_and_separator_character_counts_as_invisible():
+    import sys
+    import unicodedata
+
+    from broker.inputs import INVISIBLE
+
+    kinds = {"Cc", "Cf", "Zl", "Zp"}
+    missed = [
+        f"U+{code:04X}"
+        for code in range(sys.maxunicode + 1)
+        if unicodedata.category(chr(code)) in kinds
+        and chr(code) not in "\t\n\r"
+        and not INVISIBLE.fullmatch(chr(code))
+    ]
+    assert missed == []
+    assert not INVISIBLE.search("tab\tline\nreturn\r, é, 漢字, emoji 🪱")
+
+
+def test_invisible_characters_are_spelled_out_and_named():
+    from broker.inputs import invisible_characters, reveal_invisible
+
+    text = "\u202eevil\u202c and zero\u200bwidth"
+    assert reveal_invisible(text) == "⟨U+202E⟩evil⟨U+202C⟩ and zero⟨U+200B⟩width"
+    assert invisible_characters(text) == [
+        "U+200B ZERO WIDTH SPACE",
+        "U+202C POP DIRECTIONAL FORMATTING",
+        "U+202E RIGHT-TO-LEFT OVERRIDE",
+    ]
+    assert invisible_characters("\x07") == ["U+0007 control character"]
+
+
+def test_invisible_characters_are_found_by_path_in_names_and_values():
+    from broker.inputs import invisible_in
+
+    content = {"alert": "\u202eevil", "na\u200bme": ["ok", "x\u2066"], "level": 4}
+    assert invisible_in(content, "content") == [
+        ("content.alert", ["U+202E RIGHT-TO-LEFT OVERRIDE"]),
+        ("content (a name)", ["U+200B ZERO WIDTH SPACE"]),
+        ("content.na\u200bme[1]", ["U+2066 LEFT-TO-RIGHT ISOLATE"]),
+    ]
+    assert invisible_in("plain", "selector") == []

@@ -34,9 +34,25 @@ def page(monkeypatch):
         )
         try:
             # A laptop screen: the pages must be usable at this size.
-            yield browser.new_page(viewport={"width": 1366, "height": 800})
+            opened = browser.new_page(viewport={"width": 1366, "height": 800})
+            refused = csp_violations(opened)
+            yield opened
+            assert not refused, "Content-Security-Policy violations:\n" + "\n".join(refused)
         finally:
             browser.close()
+
+
+def csp_violations(page) -> list[str]:
+    """What the page's Content-Security-Policy refused, from now on, on every document
+    the page opens (Chromium reports each refusal on the console), as "URL: message"."""
+    refused: list[str] = []
+
+    def note(message) -> None:
+        if "Content Security Policy" in message.text:
+            refused.append(f"{page.url}: {message.text}")
+
+    page.on("console", note)
+    return refused
 
 
 def log_in(page, base_url: str, member) -> None:

@@ -279,7 +279,7 @@ def test_a_running_run_shows_its_stage_and_progress(as_operator):
     assert f'data-live-topic="report.{run.pk}"' in body
     assert 'data-run-state="running"' in body
     assert "Spark: 3 of 8 tasks" in body
-    assert 'aria-valuenow="42"' in body and "width: 42%" in body
+    assert 'aria-valuenow="42"' in body and 'width="42.00"' in body
 
 
 def test_a_failed_run_shows_its_error_first_line_first_and_offers_to_run_again(as_operator):
