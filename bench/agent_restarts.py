@@ -213,11 +213,11 @@ def event_pages_showing_every_answer(published: list[str], receivers: int) -> tu
     """Of a sample of the console's event pages, how many count every receiver's
     answer (answered ok plus failed), and the sample's size."""
     from django.contrib.auth import get_user_model
-    from django.test import Client as WebClient
+
+    from bench.services import logged_in_web_client
 
     user, _ = get_user_model().objects.get_or_create(username="bench-auditor", is_superuser=True)
-    web = WebClient()
-    web.force_login(user)
+    web = logged_in_web_client(user)
     sample = published[:: max(1, len(published) // 20)]
     shown = 0
     for event in sample:

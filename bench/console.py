@@ -155,8 +155,8 @@ SCENARIO_EVENTS = [
 def logged_in_client():
     """A test client logged in as a superuser, sending an operator token as well."""
     from django.contrib.auth import get_user_model
-    from django.test import Client
 
+    from bench.services import logged_in_web_client
     from broker.audit import Actor
     from broker.services.operators import issue_operator_token
 
@@ -165,9 +165,7 @@ def logged_in_client():
     )
     bench = Actor("system", "bench")
     token = issue_operator_token(user=user, label="bench/console.py", actor=bench)
-    client = Client(HTTP_HOST="localhost", HTTP_AUTHORIZATION=f"Bearer {token}")
-    client.force_login(user)
-    return client
+    return logged_in_web_client(user, HTTP_HOST="localhost", HTTP_AUTHORIZATION=f"Bearer {token}")
 
 
 def send(client, method: str, path: str, data: dict | None):

@@ -79,10 +79,9 @@ def measure_live(env: dict[str, str], log_path: Path, user, event) -> LiveLatenc
 
 def session_cookie(user) -> str:
     """A logged-in session of `user`, as the browser's Cookie header sends it."""
-    from django.test import Client
+    from bench.services import logged_in_web_client
 
-    client = Client()
-    client.force_login(user)
+    client = logged_in_web_client(user)
     return f"sessionid={client.cookies['sessionid'].value}"
 
 

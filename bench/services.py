@@ -189,3 +189,22 @@ def run_in_process(run, args, folder: Path) -> None:
         for server in reversed(started):
             server.stop()
     sys.exit(0 if ok else 1)
+
+
+def logged_in_web_client(user, **defaults):
+    """Django's test client logged in as `user` with their second factor proved (a
+    bench authenticator is made for them), as a person who typed a code just now."""
+    from django.test import Client
+    from django_otp import DEVICE_ID_SESSION_KEY
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    from console.access import CODE_TYPED_AT
+
+    device, _ = TOTPDevice.objects.get_or_create(user=user, name="bench", confirmed=True)
+    client = Client(**defaults)
+    client.force_login(user)
+    session = client.session
+    session[DEVICE_ID_SESSION_KEY] = device.persistent_id
+    session[CODE_TYPED_AT] = time.time()
+    session.save()
+    return client

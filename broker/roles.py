@@ -32,6 +32,20 @@ MANAGE_ACCOUNTS = "auth.change_user"
 READ_REPORTS = "reports.view_reportrun"
 RUN_REPORTS = "reports.add_reportrun"
 
+# What changes anything: a user who may do one of these needs a second factor.
+CHANGES = (
+    SEND, MANAGE_CLIENTS, AUTHOR_POLICIES, ATTEST, MANAGE_AUTHORITIES, SEND_AS,
+    DELEGATE_SENDING, MANAGE_ACCOUNTS,
+)  # fmt: skip
+
+
+def needs_second_factor(user) -> bool:
+    """Whether `user` may change anything (a role of CHANGES, staff, superuser), and so
+    must prove a second factor before any page (docs/security.md)."""
+    if not user.is_authenticated:
+        return False
+    return user.is_superuser or user.is_staff or any(user.has_perm(p) for p in CHANGES)
+
 
 @dataclass(frozen=True)
 class Role:

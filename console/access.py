@@ -6,17 +6,19 @@ needs, and is written to the audit log with who tried what, where.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from functools import wraps
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.urls import reverse
 
 from broker import audit
 from broker.audit import Actor
-from broker.roles import role_needed_for
+from broker.roles import needs_second_factor, role_needed_for
 
 View = Callable[..., HttpResponse]
 
@@ -70,3 +72,47 @@ def client_address(request: HttpRequest) -> str:
     if proxies and len(forwarded) >= proxies and forwarded[-proxies]:
         return forwarded[-proxies]
     return request.META.get("REMOTE_ADDR", "")
+
+
+# When the session's user last typed a code of their second factor (a Unix time).
+CODE_TYPED_AT = "second_factor_at"
+
+
+def note_code_typed(request: HttpRequest) -> None:
+    """Remember that a code was typed just now in this session."""
+    request.session[CODE_TYPED_AT] = time.time()
+
+
+def has_fresh_code(request: HttpRequest) -> bool:
+    """Whether a code was typed in this session within SECOND_FACTOR_FRESH_MIN."""
+    typed_at = request.session.get(CODE_TYPED_AT, 0)
+    return time.time() - typed_at < settings.SECOND_FACTOR_FRESH_MIN * 60
+
+
+def lacks_second_factor(request: HttpRequest) -> bool:
+    """Whether the session's user must prove a second factor and has not."""
+    user = request.user
+    return needs_second_factor(user) and not user.is_verified()
+
+
+def requires_fresh_code(view: View) -> View:
+    """Let the view act only if a code was typed recently; else answer 403 with a form
+    asking for one (the action is then repeated). For what a stolen session must not
+    do alone: large sends, trust changes, key rotations, grants."""
+
+    @wraps(view)
+    def checked(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if has_fresh_code(request):
+            return view(request, *args, **kwargs)
+        return fresh_code_form(request)
+
+    return checked
+
+
+def fresh_code_form(request: HttpRequest) -> HttpResponse:
+    """403 with a form asking for a fresh code (in place, for htmx; else the second
+    factor's page, which comes back here)."""
+    if not request.htmx:
+        return redirect(f"{reverse('second-factor')}?again=1&next={request.path}")
+    context = {"fresh_min": settings.SECOND_FACTOR_FRESH_MIN}
+    return render(request, "console/second_factor.html#again", context, status=403)

@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django_otp import DEVICE_ID_SESSION_KEY
 
 from broker.push.to_consoles import EVENTS, FLEET, REPORTS, TREE, console_group
-from broker.roles import READ
+from broker.roles import READ, needs_second_factor
 
 # Close code for an unauthenticated socket (4000-4999 are free for applications).
 CLOSE_UNAUTHENTICATED = 4401
@@ -41,7 +42,7 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
         # Accept first, then close with our code: a refused handshake would only show
         # the browser a bare failure, while a close code tells the client why.
         await self.accept()
-        if user is None or not user.is_authenticated:
+        if user is None or not user.is_authenticated or await _lacks_second_factor(self.scope):
             await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def disconnect(self, code: int) -> None:
@@ -103,3 +104,11 @@ class ConsoleConsumer(AsyncJsonWebsocketConsumer):
 @database_sync_to_async
 def _may_read(user) -> bool:
     return user.has_perm(READ)
+
+
+@database_sync_to_async
+def _lacks_second_factor(scope) -> bool:
+    """Whether the socket's session belongs to a role that must prove a second factor
+    and has not (console.middleware.RequireSecondFactor, for pages)."""
+    session = scope.get("session") or {}
+    return needs_second_factor(scope["user"]) and DEVICE_ID_SESSION_KEY not in session

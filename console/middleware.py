@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from django.db import connections
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils.http import urlencode
+from django_htmx.http import HttpResponseClientRedirect
 
 from broker.errors import InvalidInput
 from broker.inputs import INVISIBLE, check_text, reveal_invisible
+from console.access import has_fresh_code, lacks_second_factor
 
 API_PREFIX = "/api/"  # the API refuses such input itself, as JSON
 
@@ -80,3 +85,38 @@ class RevealInvisibleCharacters:
             if response.has_header("Content-Length"):
                 response["Content-Length"] = str(len(response.content))
         return response
+
+
+# Reachable before the second factor: proving it, leaving, and what needs no session.
+BEFORE_SECOND_FACTOR = ("/account/second-factor/", "/logout/", "/login/", "/static/", API_PREFIX)
+# Django's admin pages that grant roles and permissions (users and groups).
+GRANTS_IN_THE_ADMIN = "/admin/auth/"
+
+
+class RequireSecondFactor:
+    """A logged-in user whose roles change anything reaches no page, fragment or form
+    until they typed a code of their second factor (enrolling one first if they have
+    none): a stolen or guessed password alone acts on nothing. Granting roles in
+    Django's admin also needs a fresh code."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path.startswith(BEFORE_SECOND_FACTOR) or not request.user.is_authenticated:
+            return self.get_response(request)
+        if lacks_second_factor(request):
+            return _to_second_factor(request, again=False)
+        granting = request.method == "POST" and request.path.startswith(GRANTS_IN_THE_ADMIN)
+        if granting and not has_fresh_code(request):
+            return _to_second_factor(request, again=True)
+        return self.get_response(request)
+
+
+def _to_second_factor(request: HttpRequest, *, again: bool) -> HttpResponse:
+    """To the second factor's page, coming back here (a GET) once it is proved."""
+    query = {"next": request.get_full_path() if request.method == "GET" else request.path}
+    if again:
+        query["again"] = "1"
+    url = f"{reverse('second-factor')}?{urlencode(query)}"
+    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)

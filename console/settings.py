@@ -71,6 +71,9 @@ INSTALLED_APPS = [
     "guardian",
     "axes",
     "csp",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
     "console",
     "broker",
     "reports",
@@ -86,10 +89,13 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # A role that changes anything reaches no page before its second factor.
+    "console.middleware.RequireSecondFactor",
     "console.middleware.RefuseUnstorableText",
     "console.middleware.RevealInvisibleCharacters",
     # Last: turns a login refused for too many failures into the lockout page (429).
@@ -141,6 +147,11 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_COOLOFF_MIN", 15, minimum=1
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_HTTP_RESPONSE_CODE = 429
+# A second factor (TOTP, django-otp) for every role that changes anything; a code this
+# fresh before a large send, a trust change, a key rotation or a grant (docs/security.md).
+SECOND_FACTOR_FRESH_MIN = env_int("SECOND_FACTOR_FRESH_MIN", 15, minimum=1)
+OTP_TOTP_ISSUER = "Selective Notification"
+
 # Whose address a request comes from (console.access.client_address): behind this many
 # reverse proxies, the one the nearest proxy saw; with 0, the socket's own peer.
 TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)

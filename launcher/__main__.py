@@ -193,6 +193,10 @@ def command_run(args: argparse.Namespace) -> int:
         wait_until_serving(args.host, args.port)
         say(f"management commands beside it: .venv/bin/python manage.py ... (reads {environment})")
         say(where_the_keys_are(data_dir))
+        say(
+            "second factor of the demo users (all but the auditor) and the admin: "
+            ".venv/bin/python manage.py demo_code USER prints the code to type"
+        )
         for login in logins:  # the admin's password last but the address
             say(login)
         say(f"console at http://{args.host}:{args.port}/  (Ctrl-C stops everything)")

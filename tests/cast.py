@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import time
 from dataclasses import dataclass
 from functools import cache
 
@@ -36,7 +38,59 @@ def create_member(member: Member):
     )
     if member.role:
         user.groups.add(Group.objects.get(name=member.role))
+    give_authenticator(user, member)
     return user
+
+
+def give_authenticator(user, member: Member):
+    """A confirmed authenticator for `user` whose key follows from `member`, so that a
+    test (or a browser driven by one) can compute its codes without the database."""
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    # A code is refused once used (replay); accepting steps ±10 lets a test log in
+    # and confirm several times a minute, each with the next step's code.
+    return TOTPDevice.objects.create(
+        user=user, name="test", key=authenticator_key(member), confirmed=True, tolerance=10
+    )
+
+
+def authenticator_key(member: Member) -> str:
+    return hashlib.sha1(f"authenticator of {member.username}".encode()).hexdigest()
+
+
+_last_step: dict[str, int] = {}
+TOTP_STEP_S = 30
+
+
+def next_code(member: Member) -> str:
+    """A code of `member`'s authenticator not used yet by this test process."""
+    from django_otp.oath import hotp
+
+    step = max(int(time.time()) // TOTP_STEP_S, _last_step.get(member.username, -1) + 1)
+    _last_step[member.username] = step
+    return f"{hotp(bytes.fromhex(authenticator_key(member)), step):06d}"
+
+
+def second_factor_proved(client, user) -> None:
+    """Mark the test client's session as having proved `user`'s second factor just
+    now, as the second factor's page does (the login itself is force_login's)."""
+    from django_otp import DEVICE_ID_SESSION_KEY
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    from console.access import CODE_TYPED_AT
+
+    device = TOTPDevice.objects.filter(user=user, confirmed=True).first()
+    session = client.session
+    session[DEVICE_ID_SESSION_KEY] = device.persistent_id
+    session[CODE_TYPED_AT] = time.time()
+    session.save()
+
+
+def log_in_proved(client, user):
+    """`client` logged in as `user` with their second factor proved."""
+    client.force_login(user)
+    second_factor_proved(client, user)
+    return client
 
 
 @cache

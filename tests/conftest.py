@@ -24,7 +24,7 @@ import pytest
 from pytest_django.lazy_django import django_settings_is_configured
 
 from launcher.supervisor import die_with_parent
-from tests.cast import ADMINISTRATOR, OPERATOR, create_member
+from tests.cast import ADMINISTRATOR, OPERATOR, create_member, log_in_proved
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -246,6 +246,12 @@ def admin_user(db):
     """Adam, the administrator, as pytest-django's `admin_client` logs in (its own
     admin_user hashes a password for every test that uses it)."""
     return create_member(ADMINISTRATOR)
+
+
+@pytest.fixture
+def admin_client(client, admin_user):
+    """pytest-django's admin_client, with the administrator's second factor proved."""
+    return log_in_proved(client, admin_user)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,5 +1,5 @@
 """The console's operators: logins locked out for too many failures (django-axes keeps
-the failed attempts; broker.services.operators lifts lockouts)."""
+the failed attempts; broker.services.operators lifts lockouts), and their second factor."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from axes.models import AccessAttempt
 from django.conf import settings
 from django.db.models import Max, Sum
 from django.utils import timezone
+from django_otp.plugins.otp_static.models import StaticToken
+from django_otp.plugins.otp_totp.models import TOTPDevice
 
 USERNAME = "username"
 ADDRESS = "address"
@@ -43,3 +45,13 @@ def current_lockouts() -> list[Lockout]:
         .filter(failures__gte=settings.AXES_FAILURE_LIMIT)
     ]
     return sorted(found, key=lambda lockout: lockout.last_failure, reverse=True)
+
+
+def has_second_factor(user) -> bool:
+    """Whether `user` has enrolled an authenticator (a confirmed TOTP device)."""
+    return TOTPDevice.objects.filter(user=user, confirmed=True).exists()
+
+
+def recovery_codes_left(user) -> int:
+    """How many of `user`'s recovery codes are still unused."""
+    return StaticToken.objects.filter(device__user=user, device__confirmed=True).count()

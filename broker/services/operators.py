@@ -1,10 +1,14 @@
-"""Operators' API tokens: an integration acts with its operator's permissions."""
+"""The console's operators: their API tokens (an integration acts with its operator's
+permissions), lifting their login lockouts, and their second factor."""
 
 from __future__ import annotations
 
 from axes.utils import reset
 from django.db import transaction
 from django.utils import timezone
+from django_otp import match_token
+from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
+from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from broker import audit
 from broker.audit import Actor
@@ -55,3 +59,77 @@ def lift_lockout(*, kind: str, value: str, actor: Actor) -> int:
             details={"attempts_forgotten": removed},
         )
     return removed
+
+
+AUTHENTICATOR = "authenticator"
+RECOVERY_CODES = 10
+
+
+def enrolment_device(*, user) -> TOTPDevice:
+    """The authenticator `user` is enrolling: unconfirmed until a code from it is
+    typed (made on first call, the same one after)."""
+    device = TOTPDevice.objects.filter(user=user, confirmed=False).first()
+    return device or TOTPDevice.objects.create(user=user, name=AUTHENTICATOR, confirmed=False)
+
+
+def confirm_enrolment(*, user, code: str, actor: Actor) -> tuple[TOTPDevice, list[str]]:
+    """Confirm the authenticator being enrolled with a code it shows; it replaces any
+    earlier one, with new recovery codes (returned this once). AuthenticationFailed if
+    the code does not match (audited)."""
+    device = TOTPDevice.objects.filter(user=user, confirmed=False).first()
+    if device is None or not device.verify_token(code.strip()):
+        _refuse_code(user, actor, "the code does not match the authenticator being enrolled")
+    with transaction.atomic():
+        TOTPDevice.objects.filter(user=user).exclude(pk=device.pk).delete()
+        StaticDevice.objects.filter(user=user).delete()
+        device.confirmed = True
+        device.save(update_fields=["confirmed"])
+        codes = _new_recovery_codes(user)
+        audit.record_change(
+            actor=actor, action="operator.enrol_second_factor", target=f"user:{user.username}"
+        )
+    return device, codes
+
+
+def _new_recovery_codes(user) -> list[str]:
+    device = StaticDevice.objects.create(user=user, name="recovery codes", confirmed=True)
+    codes = [StaticToken.random_token() for _ in range(RECOVERY_CODES)]
+    StaticToken.objects.bulk_create(StaticToken(device=device, token=code) for code in codes)
+    return codes
+
+
+def check_second_factor(*, user, code: str, actor: Actor):
+    """The device (authenticator, or recovery codes: a recovery code works once) that
+    accepts `code` for `user`; AuthenticationFailed, audited, if none does. Each device
+    slows down after failures (django-otp's throttling), so codes cannot be guessed."""
+    device = match_token(user, code.strip().replace(" ", ""))
+    if device is None:
+        _refuse_code(
+            user, actor, "the code is wrong, was used already, or came too soon after a wrong one"
+        )
+    if isinstance(device, StaticDevice):
+        audit.record_change(
+            actor=actor,
+            action="operator.use_recovery_code",
+            target=f"user:{user.username}",
+            details={"left": device.token_set.count()},
+        )
+    return device
+
+
+def _refuse_code(user, actor: Actor, reason: str) -> None:
+    audit.record_refusal(
+        actor=actor, action="console.second_factor", target=f"user:{user.username}", reason=reason
+    )
+    raise AuthenticationFailed(reason, field="code")
+
+
+def reset_second_factor(*, user, actor: Actor) -> None:
+    """Remove `user`'s authenticator and recovery codes (a lost phone): they enrol
+    again at their next login. Audited."""
+    with transaction.atomic():
+        TOTPDevice.objects.filter(user=user).delete()
+        StaticDevice.objects.filter(user=user).delete()
+        audit.record_change(
+            actor=actor, action="operator.reset_second_factor", target=f"user:{user.username}"
+        )

@@ -79,13 +79,18 @@ def preview_send(*, user: AbstractBaseUser, draft: Draft) -> Reach:
     )
 
 
-def send_as(*, user: AbstractBaseUser, draft: Draft, confirmed_count: int | None) -> Event:
+def send_as(
+    *, user: AbstractBaseUser, draft: Draft, confirmed_count: int | None, code_is_fresh: bool
+) -> Event:
     """Publish the draft as its sender for `user`. If it would reach more receivers
     than SEND_CONFIRM_ABOVE, `confirmed_count` must be exactly that number (typed by
-    the operator), else ConfirmationNeeded says the number to type."""
+    the operator), else ConfirmationNeeded says the number to type; and the operator
+    must have typed a code of their second factor lately (`code_is_fresh`), else
+    FreshCodeNeeded."""
     actor = Actor("user", user.get_username())
     reach = preview_send(user=user, draft=draft)
     _check_confirmation(reach.accepting, confirmed_count, actor, draft.sender)
+    _check_fresh_code(reach.accepting, code_is_fresh, actor, draft.sender)
     with transaction.atomic():
         event = publish_event(
             **draft.event_fields(),
@@ -97,7 +102,9 @@ def send_as(*, user: AbstractBaseUser, draft: Draft, confirmed_count: int | None
     return event
 
 
-def resend_unanswered(*, user: AbstractBaseUser, event: Event, confirmed_count: int | None):
+def resend_unanswered(
+    *, user: AbstractBaseUser, event: Event, confirmed_count: int | None, code_is_fresh: bool
+):
     """Send `event` again, as a new event limited to the receivers that have not
     answered it (still pending, confirmed without an answer, or expired unconfirmed)."""
     waiting = list(
@@ -114,7 +121,9 @@ def resend_unanswered(*, user: AbstractBaseUser, event: Event, confirmed_count: 
         recipients=sorted(waiting),
         resend_of=event,
     )
-    return send_as(user=user, draft=draft, confirmed_count=confirmed_count)
+    return send_as(
+        user=user, draft=draft, confirmed_count=confirmed_count, code_is_fresh=code_is_fresh
+    )
 
 
 def _check_may_send(user: AbstractBaseUser, sender: Client, actor: Actor) -> None:
@@ -124,6 +133,12 @@ def _check_may_send(user: AbstractBaseUser, sender: Client, actor: Actor) -> Non
             raise NotAuthorised(
                 f"{user.get_username()} may not send as {sender.name}", field="sender"
             )
+
+
+class FreshCodeNeeded(BrokerError):
+    """The action needs a code of the operator's second factor typed lately."""
+
+    code = "fresh_code_needed"
 
 
 def _check_confirmation(count: int, confirmed: int | None, actor: Actor, sender: Client) -> None:
@@ -138,6 +153,18 @@ def _check_confirmation(count: int, confirmed: int | None, actor: Actor, sender:
     target = f"client:{sender.name}"
     with audit.refusals_recorded(actor=actor, action="event.send", target=target):
         raise ConfirmationNeeded(f"you typed {typed}, but {message}", count=count)
+
+
+def _check_fresh_code(count: int, fresh: bool, actor: Actor, sender: Client) -> None:
+    """A send above SEND_CONFIRM_ABOVE needs a second-factor code typed lately: a
+    stolen session alone cannot make one."""
+    if count <= settings.SEND_CONFIRM_ABOVE or fresh:
+        return
+    target = f"client:{sender.name}"
+    with audit.refusals_recorded(actor=actor, action="event.send", target=target):
+        raise FreshCodeNeeded(
+            f"this reaches {count} receivers: type a fresh code of your second factor first"
+        )
 
 
 def _record_send(actor: Actor, event: Event, reach: Reach, confirmed: int | None) -> None:

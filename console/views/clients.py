@@ -24,7 +24,7 @@ from broker.reads.sending import sending_candidates, sending_holder, sending_hol
 from broker.roles import DELEGATE_SENDING, MANAGE_CLIENTS, READ
 from broker.services import clients as client_services
 from broker.services.sending import grant_sending, withdraw_sending
-from console.access import actor_of, requires
+from console.access import actor_of, requires, requires_fresh_code
 from console.diffs import policy_diff
 
 
@@ -123,6 +123,7 @@ def _sending_context(client: Client) -> dict:
 
 @require_POST
 @requires(DELEGATE_SENDING, action="client.sending")
+@requires_fresh_code
 def sending(request: HttpRequest, name: str) -> HttpResponse:
     """Let a user or a role send as this client, or stop them (audited)."""
     client = _client_or_404(name)

@@ -17,9 +17,15 @@ from broker.inputs import invisible_in
 from broker.models import Event
 from broker.reads.sending import senders_for
 from broker.roles import SEND
-from broker.services.sending import ConfirmationNeeded, preview_send, resend_unanswered, send_as
+from broker.services.sending import (
+    ConfirmationNeeded,
+    FreshCodeNeeded,
+    preview_send,
+    resend_unanswered,
+    send_as,
+)
 from broker.vocabulary import event_vocabulary
-from console.access import requires
+from console.access import fresh_code_form, has_fresh_code, requires
 from console.drafts import draft_from
 from demo.scenario import SEND_TEMPLATES
 
@@ -95,9 +101,16 @@ def send(request: HttpRequest) -> HttpResponse:
     """Send the draft; a large send first asks for its count to be typed."""
     try:
         draft = draft_from(request.POST)
-        event = send_as(user=request.user, draft=draft, confirmed_count=_typed_count(request))
+        event = send_as(
+            user=request.user,
+            draft=draft,
+            confirmed_count=_typed_count(request),
+            code_is_fresh=has_fresh_code(request),
+        )
     except ConfirmationNeeded as needed:
         return render(request, f"{TEMPLATE}#confirm", {"needed": needed}, status=409)
+    except FreshCodeNeeded:
+        return fresh_code_form(request)
     except BrokerError as error:
         return _problem(request, error)
     return _to_event(request, event)
@@ -110,11 +123,16 @@ def resend(request: HttpRequest, event_id) -> HttpResponse:
     event = get_object_or_404(Event.objects.select_related("sender"), pk=event_id)
     try:
         again = resend_unanswered(
-            user=request.user, event=event, confirmed_count=_typed_count(request)
+            user=request.user,
+            event=event,
+            confirmed_count=_typed_count(request),
+            code_is_fresh=has_fresh_code(request),
         )
     except ConfirmationNeeded as needed:
         context = {"needed": needed, "action": reverse("event-resend", args=[event.pk])}
         return render(request, f"{TEMPLATE}#confirm", context, status=409)
+    except FreshCodeNeeded:
+        return fresh_code_form(request)
     except BrokerError as error:
         return _problem(request, error)
     return _to_event(request, again)

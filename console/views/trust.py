@@ -19,7 +19,7 @@ from broker.reads.trust import authorities_overview
 from broker.roles import ATTEST, MANAGE_AUTHORITIES, READ
 from broker.services import authorities as authority_services
 from broker.services import trust
-from console.access import actor_of, requires
+from console.access import actor_of, requires, requires_fresh_code
 from policies import PolicySyntaxError
 
 TEMPLATE = "console/trust.html"
@@ -133,6 +133,7 @@ def preview(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @requires(ATTEST, action="trust.apply")
+@requires_fresh_code
 def apply(request: HttpRequest) -> HttpResponse:
     """Carry the operation out for the clients its plan accepts (audited)."""
     return _answer(request, apply=True)
@@ -153,6 +154,7 @@ def _answer(request: HttpRequest, *, apply: bool) -> HttpResponse:
 
 @require_POST
 @requires(MANAGE_AUTHORITIES, action="authority.manage")
+@requires_fresh_code
 def manage_authority(request: HttpRequest, name: str) -> HttpResponse:
     """Rotate an authority's key (shown once), or disable / enable it."""
     authority = get_object_or_404(Authority, name=name)

@@ -77,7 +77,7 @@ def test_an_operator_sending_as_a_sender_they_may_not_is_role_refused(scenario):
     olivia = create_member(OPERATOR)
     draft = Draft(sender=scenario.controllers["rogue-controller"], content={"kind": "alert"})
     with pytest.raises(BrokerError):
-        send_as(user=olivia, draft=draft, confirmed_count=None)
+        send_as(user=olivia, draft=draft, confirmed_count=None, code_is_fresh=True)
     assert refused_category("event.send") == audit.ROLE_REFUSED
 
 

@@ -5,6 +5,7 @@ while the console has a page it does not open."""
 
 import pytest
 from django.urls import URLPattern, reverse
+from django_otp.plugins.otp_totp.models import TOTPDevice
 from playwright.sync_api import expect
 
 from broker.models import Event
@@ -14,7 +15,7 @@ from demo.scenario import WORM_ALERT, load_scenario
 from reports.jobs import KINDS
 from tests.broker.tree_helpers import wait_until_idle
 from tests.browser.conftest import log_in, shot
-from tests.cast import ADMINISTRATOR, create_member
+from tests.cast import ADMINISTRATOR, POLICY_AUTHOR, create_member
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 
@@ -25,6 +26,7 @@ NOT_PAGES = {
     "event-why-lookup", "policy-check", "policy-preview", "policy-save", "trust-preview",
     "trust-apply", "authority-manage", "send-preview", "send-go", "event-resend",
     "audit-export", "report-run", "report-csv", "lockout-lift", "logout", "login",
+    "second-factor-again",
 }  # fmt: skip
 ADMIN_PAGES = ["/admin/", "/admin/auth/user/", "/admin/broker/client/", "/admin/auth/group/"]
 
@@ -35,7 +37,7 @@ def page_paths(event: Event) -> dict[str, list[str]]:
         "home": [], "health": [], "fleet": [], "client": [SERVER],
         "event-why": [event.pk, SERVER], "policy-editor": [], "tree": [], "trust": [],
         "send": [], "events": [], "event": [event.pk], "audit-log": [], "reports": [],
-        "lockouts": [],
+        "lockouts": [], "second-factor": [],
     }  # fmt: skip
     paths = {name: [reverse(name, args=args)] for name, args in one.items()}
     paths["report"] = [reverse("report", args=[kind]) for kind in KINDS]
@@ -73,3 +75,20 @@ def test_every_page_opens_with_no_policy_violation(asgi_server, event, page):
         response = page.goto(f"{asgi_server}{path}")
         assert response.status == 200, path
         page.wait_for_load_state("networkidle")
+
+
+def test_enrolling_a_second_factor_shows_its_qr_code_with_no_policy_violation(
+    asgi_server, newcomer, page
+):
+    page.goto(f"{asgi_server}/login/")
+    page.fill("#id_username", POLICY_AUTHOR.username)
+    page.fill("#id_password", POLICY_AUTHOR.password)
+    page.click("button[type=submit]")
+    expect(page.locator("[data-qr] svg")).to_be_visible()
+    shot(page, "second-factor-enrolment")
+
+
+@pytest.fixture
+def newcomer(db):
+    """Paula, a policy author who has not enrolled an authenticator yet."""
+    TOTPDevice.objects.filter(user=create_member(POLICY_AUTHOR)).delete()

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from broker.reads.directory import forget_directory
-from tests.cast import AUDITOR, OPERATOR, POLICY_AUTHOR, TRUST_OFFICER, create_member
+from tests.cast import (
+    AUDITOR,
+    OPERATOR,
+    POLICY_AUTHOR,
+    TRUST_OFFICER,
+    create_member,
+    log_in_proved,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -17,9 +24,8 @@ def fresh_directory_per_test():
 
 
 def logged_in(client, member):
-    user = create_member(member)
-    client.force_login(user)
-    return client
+    """`client` logged in as `member` (created now), their second factor proved."""
+    return log_in_proved(client, create_member(member))
 
 
 @pytest.fixture

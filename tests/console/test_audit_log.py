@@ -289,9 +289,10 @@ def test_a_page_takes_the_same_few_queries_however_long_the_log(
     as_auditor, long_log, django_assert_max_num_queries
 ):
     first = audit_page(as_auditor)
-    # The session, the user, their permissions (2) and roles; the count, the entry the
-    # page starts after, and the page (its rows at that entry's time, then before it).
-    with django_assert_max_num_queries(9):
+    # The session, the user, the device that proved their second factor, their
+    # permissions (2) and roles; the count, the entry the page starts after, and the
+    # page (its rows at that entry's time, then before it).
+    with django_assert_max_num_queries(10):
         follow(as_auditor, first, "next")
 
 

@@ -8,6 +8,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
+from tests.cast import log_in_proved
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -16,7 +18,7 @@ def socket_url(base_url: str) -> str:
 
 
 def logged_in_cookie(client, operator) -> str:
-    client.force_login(operator)
+    log_in_proved(client, operator)
     return f"sessionid={client.cookies['sessionid'].value}"
 
 

@@ -17,7 +17,7 @@ from broker.services.sending import Draft, grant_sending, send_as
 from demo.scenario import VULNERABLE, load_scenario
 from tests.broker.tree_helpers import wait_until_idle
 from tests.cast import OPERATOR as OLIVIA
-from tests.cast import create_member
+from tests.cast import create_member, log_in_proved
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 DISABLE_CGI = {"kind": "command", "action": "disable-cgi"}
@@ -36,7 +36,7 @@ def scenario(celery_worker):
 @pytest.fixture
 def olivia(client):
     user = create_member(OLIVIA)
-    client.force_login(user)
+    log_in_proved(client, user)
     return user
 
 
@@ -47,7 +47,7 @@ def disable_cgi(user, scenario) -> Event:
         selector=VULNERABLE,
         lifetime_s=300,
     )
-    event = send_as(user=user, draft=draft, confirmed_count=None)
+    event = send_as(user=user, draft=draft, confirmed_count=None, code_is_fresh=True)
     wait_until_idle()
     return event
 

@@ -4,6 +4,7 @@ import pytest
 from django.urls import reverse
 
 from console import health
+from tests.cast import log_in_proved
 
 pytestmark = pytest.mark.django_db
 
@@ -54,7 +55,7 @@ def test_health_page_needs_a_login(client):
 
 
 def test_htmx_request_gets_only_the_checks_fragment(client, operator, celery_worker):
-    client.force_login(operator)
+    log_in_proved(client, operator)
     response = client.get(reverse("health"), headers={"HX-Request": "true"})
     body = response.content.decode()
     assert response.status_code == 200
@@ -64,7 +65,7 @@ def test_htmx_request_gets_only_the_checks_fragment(client, operator, celery_wor
 
 
 def test_full_health_page_starts_pending_and_asks_htmx_for_the_checks(client, operator):
-    client.force_login(operator)
+    log_in_proved(client, operator)
     body = client.get(reverse("health")).content.decode()
     assert 'data-health-state="pending"' in body
     assert 'hx-get="/healthz"' in body

@@ -4,7 +4,7 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.urls import reverse
 
-from tests.cast import OPERATOR
+from tests.cast import OPERATOR, log_in_proved
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 
@@ -35,14 +35,14 @@ def test_wrong_password_is_refused_with_a_message(client, operator):
 
 
 def test_logout_is_a_post_and_ends_the_session(client, operator):
-    client.force_login(operator)
+    log_in_proved(client, operator)
     response = client.post(reverse("logout"))
     assert response.status_code == 302
     assert client.get(reverse("home")).status_code == 302
 
 
 def test_htmx_is_vendored_and_no_page_loads_from_a_cdn(client, operator):
-    client.force_login(operator)
+    log_in_proved(client, operator)
     body = client.get(reverse("home")).content.decode()
     assert finders.find("vendor/htmx-2.0.11/htmx.min.js")
     assert 'src="/static/vendor/htmx-2.0.11/htmx.' in body

@@ -11,6 +11,7 @@ from broker.services.policies import set_policy
 from broker.services.sending import grant_sending
 from demo.scenario import OVERLOADED, VULNERABLE, WORM_ALERT
 from tests.cast import OPERATOR as OLIVIA_MEMBER
+from tests.cast import log_in_proved
 from tests.module_data import copy_for_the_test, scenario_for_the_module
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
@@ -180,7 +181,7 @@ def test_an_admin_lets_a_user_send_as_a_sender_and_it_is_audited(client, scenari
     from tests.cast import ADMINISTRATOR, create_member
 
     create_member(OLIVIA_MEMBER)
-    client.force_login(create_member(ADMINISTRATOR))
+    log_in_proved(client, create_member(ADMINISTRATOR))
     url = reverse("client-sending", args=["rogue-controller"])
 
     body = client.post(url, {"do": "grant", "holder": "user:olivia"}).content.decode()
@@ -203,7 +204,7 @@ def test_an_operator_cannot_decide_who_may_send(as_operator, scenario):
 def test_an_unknown_holder_is_a_clear_error(client, scenario):
     from tests.cast import ADMINISTRATOR, create_member
 
-    client.force_login(create_member(ADMINISTRATOR))
+    log_in_proved(client, create_member(ADMINISTRATOR))
     url = reverse("client-sending", args=["rogue-controller"])
 
     response = client.post(url, {"do": "grant", "holder": "user:nobody"})

@@ -123,6 +123,7 @@ class ConsoleRun:
     base_url: str
     postgres: EmbeddedPostgres
     redis: EmbeddedRedis
+    env: dict[str, str]
 
     def pid(self, name: str) -> int:
         """The pid of the latest start of child `name`."""
@@ -161,8 +162,21 @@ class ConsoleRun:
         form = {"username": "admin", "password": password, "csrfmiddlewaretoken": token[1]}
         data = urllib.parse.urlencode(form).encode()
         with opener.open(f"{self.base_url}/login/", data=data, timeout=30) as reply:
-            assert reply.url.rstrip("/") == self.base_url, "the login failed"
+            assert "/account/second-factor/" in reply.url, "the login failed"
+            token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', reply.read().decode())
+        code = self.manage("demo_code", "admin").strip()
+        form = {"code": code, "next": "/", "csrfmiddlewaretoken": token[1]}
+        data = urllib.parse.urlencode(form).encode()
+        with opener.open(f"{self.base_url}/account/second-factor/", data=data, timeout=30) as reply:
+            assert reply.url.rstrip("/") == self.base_url, "the second factor was refused"
         return opener
+
+    def manage(self, *args: str) -> str:
+        """What `manage.py ARGS` prints, run as a user of the demo would, beside it."""
+        argv = [sys.executable, str(ROOT / "manage.py"), *args]
+        return subprocess.run(
+            argv, env=self.env, cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +197,7 @@ def console_run(tmp_path_factory):
     output = launcher("run", *args, "--data-dir", str(folder / "data"), env=env)
     try:
         output.wait_for(r"^\[launcher\] console at http", timeout_s=LAUNCHER_START_TIMEOUT_S)
-        run = ConsoleRun(output, f"http://127.0.0.1:{port}", postgres, redis_server)
+        run = ConsoleRun(output, f"http://127.0.0.1:{port}", postgres, redis_server, env)
         run.wait_until_healthy()
         yield run
         assert stop_launcher(output) == 0

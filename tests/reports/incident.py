@@ -170,7 +170,7 @@ def _status_report(incident: Incident) -> None:
         channel="commands",
     )
     reach = preview_send(user=olivia, draft=draft)
-    status = send_as(user=olivia, draft=draft, confirmed_count=reach.accepting)
+    status = send_as(user=olivia, draft=draft, confirmed_count=reach.accepting, code_is_fresh=True)
     incident.events["status"] = status
     wait_until_idle()
     _answer(status)

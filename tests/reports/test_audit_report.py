@@ -26,7 +26,7 @@ from demo.scenario import WORM_ALERT
 from reports.jobs import audit as audit_report
 from reports.results import Params
 from tests.broker.tree_helpers import wait_until_idle
-from tests.cast import OPERATOR
+from tests.cast import OPERATOR, log_in_proved
 from tests.reports.incident import ALERTS_ONLY, READING_MARKS, Incident, server
 
 pytestmark = READING_MARKS
@@ -66,7 +66,7 @@ def _after(worm_incident: Incident, client: WebClient) -> Window:
     low = {**WORM_ALERT, "threat_level": 2}
     publish_event(sender=controllers["northwest-controller"], content=low, selector=NORTHWEST)
     wait_until_idle()
-    client.force_login(get_user_model().objects.get(username=OPERATOR.username))
+    log_in_proved(client, get_user_model().objects.get(username=OPERATOR.username))
     for _ in range(2):
         assert client.get(reverse("audit-log")).status_code == 403
     time.sleep(1.0)  # the burst must fall in the window's last quarter

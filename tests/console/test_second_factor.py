@@ -1,0 +1,240 @@
+"""The second factor: a password alone reaches nothing for a role that can change
+anything; enrolling shows a QR code drawn here and recovery codes once; codes are
+checked, never twice, and audited; large sends, trust changes, key rotations and
+grants need a code typed lately."""
+
+import time
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from django.urls import reverse
+from django_otp.oath import hotp
+from django_otp.plugins.otp_static.models import StaticToken
+from django_otp.plugins.otp_totp.models import TOTPDevice
+
+from broker.models import AuditEntry
+from console.access import CODE_TYPED_AT
+from demo.scenario import load_scenario
+from tests.cast import (
+    ADMINISTRATOR,
+    AUDITOR,
+    OPERATOR,
+    POLICY_AUTHOR,
+    TRUST_OFFICER,
+    create_member,
+    next_code,
+)
+from tests.console.conftest import logged_in
+
+pytestmark = pytest.mark.django_db(databases=["default", "audit"])
+
+ACTING = [OPERATOR, POLICY_AUTHOR, TRUST_OFFICER, ADMINISTRATOR]
+SECOND_FACTOR = reverse("second-factor")
+ATTEST_TRUST = {
+    "authority": "trust-manager",
+    "operation": "attest",
+    "client": "northwest-controller",
+    "values": "trust = 3",
+}
+# What a stolen password would try: pages, and actions of every acting role.
+PAGES = ["/", "/fleet/", "/send/", "/policies/", "/trust/", "/audit/", "/lockouts/", "/admin/"]
+ACTIONS = [
+    (
+        "send-go",
+        {"sender": "northwest-controller", "content_name": ["kind"], "content_value": ["alert"]},
+    ),
+    ("policy-save", {"client": "web-00000", "text": "true"}),
+    ("trust-apply", ATTEST_TRUST),
+    ("lockout-lift", {"kind": "username", "value": "x"}),
+]
+
+
+def log_in_with_password(client, member):
+    response = client.post(
+        reverse("login"), {"username": member.username, "password": member.password}
+    )
+    assert response.status_code == 302
+    return client
+
+
+def type_code(client, code, next_page="/"):
+    return client.post(SECOND_FACTOR, {"code": code, "next": next_page})
+
+
+@pytest.mark.parametrize("member", ACTING, ids=lambda m: m.role or "admin")
+def test_a_password_alone_reaches_no_page_and_no_action_of_an_acting_role(client, member):
+    load_scenario(servers=1)
+    create_member(member)
+    log_in_with_password(client, member)
+    for page in PAGES:
+        response = client.get(page)
+        assert response.status_code == 302, page
+        assert response.url.startswith(f"{SECOND_FACTOR}?next="), page
+    before = AuditEntry.objects.count()
+    for name, data in ACTIONS:
+        response = client.post(reverse(name), data, HTTP_HX_REQUEST="true")
+        assert response.headers["HX-Redirect"].startswith(SECOND_FACTOR), name
+    assert AuditEntry.objects.count() == before  # nothing was done, nor even tried
+
+
+def test_an_auditor_changes_nothing_and_needs_no_second_factor(client):
+    create_member(AUDITOR)
+    log_in_with_password(client, AUDITOR)
+    assert client.get("/audit/").status_code == 200
+
+
+def test_after_the_code_the_page_asked_for_opens(client, operator):
+    log_in_with_password(client, OPERATOR)
+    redirected = client.get("/fleet/?q=web")
+    wanted = parse_qs(urlsplit(redirected.url).query)["next"][0]
+    assert type_code(client, next_code(OPERATOR), wanted).url == "/fleet/?q=web"
+    assert client.get("/fleet/").status_code == 200
+    done = AuditEntry.objects.filter(actor="user:olivia", action="console.login")
+    assert done.exists()
+
+
+def test_a_wrong_code_is_refused_and_audited_and_a_used_code_works_only_once(client, operator):
+    log_in_with_password(client, OPERATOR)
+    refused = type_code(client, "000000")
+    assert refused.status_code == 403 and "The code is wrong" in refused.content.decode()
+    entry = AuditEntry.objects.using("audit").get(action="console.second_factor")
+    assert entry.outcome == "refused" and entry.target == "user:olivia"
+    time.sleep(1.1)  # django-otp waits a second after one wrong code
+    code = next_code(OPERATOR)
+    assert type_code(client, code).status_code == 302
+    other = logged_out_copy(client)
+    log_in_with_password(other, OPERATOR)
+    assert type_code(other, code).status_code == 403
+
+
+def logged_out_copy(client):
+    return client.__class__()
+
+
+def test_an_open_redirect_through_next_goes_home_instead(client, operator):
+    log_in_with_password(client, OPERATOR)
+    assert type_code(client, next_code(OPERATOR), "https://evil.example/").url == "/"
+
+
+def test_enrolling_shows_a_qr_code_drawn_here_then_recovery_codes_once(client, operator):
+    TOTPDevice.objects.filter(user=operator).delete()
+    log_in_with_password(client, OPERATOR)
+    page = client.get(SECOND_FACTOR).content.decode()
+    assert '<svg width="' in page and 'class="segno"' in page and "data-secret" in page
+    assert "https://" not in page.split("data-qr")[1].split("</figure>")[0]
+    device = TOTPDevice.objects.get(user=operator, confirmed=False)
+    assert type_code(client, "123456").status_code == 403
+    time.sleep(1.1)
+    code = f"{hotp(device.bin_key, int(time.time()) // 30):06d}"
+    shown = type_code(client, code).content.decode()
+    codes = [
+        c.split("</code>")[0] for c in shown.split("data-recovery-codes")[1].split("<code>")[1:]
+    ]
+    assert len(codes) == 10 and "To change" not in shown
+    assert client.get("/fleet/").status_code == 200
+    assert TOTPDevice.objects.get(user=operator).confirmed
+    assert AuditEntry.objects.filter(action="operator.enrol_second_factor").count() == 1
+
+
+def test_a_recovery_code_works_once_and_its_use_is_audited(client, operator):
+    TOTPDevice.objects.filter(user=operator).delete()
+    log_in_with_password(client, OPERATOR)
+    device = (
+        TOTPDevice.objects.get(user=operator, confirmed=False)
+        if client.get(SECOND_FACTOR)
+        else None
+    )
+    shown = type_code(
+        client, f"{hotp(device.bin_key, int(time.time()) // 30):06d}"
+    ).content.decode()
+    recovery = shown.split("data-recovery-codes")[1].split("<code>")[1].split("</code>")[0]
+    other = logged_out_copy(client)
+    log_in_with_password(other, OPERATOR)
+    assert type_code(other, recovery).status_code == 302
+    used = AuditEntry.objects.get(action="operator.use_recovery_code")
+    assert used.details == {"left": 9}
+    assert StaticToken.objects.filter(token=recovery).count() == 0
+
+
+def make_code_stale(client):
+    session = client.session
+    session[CODE_TYPED_AT] = time.time() - 16 * 60
+    session.save()
+
+
+def test_a_trust_change_with_a_stale_code_asks_for_a_fresh_one_then_goes(client):
+    load_scenario(servers=1)
+    officer = logged_in(client, TRUST_OFFICER)
+    make_code_stale(officer)
+    asked = officer.post(reverse("trust-apply"), ATTEST_TRUST, HTTP_HX_REQUEST="true")
+    assert asked.status_code == 403 and "data-needs-fresh-code" in asked.content.decode()
+    assert (
+        not AuditEntry.objects.filter(actor="user:trevor").exclude(action="console.login").exists()
+    )
+    again = officer.post(reverse("second-factor-again"), {"code": next_code(TRUST_OFFICER)})
+    assert "Code accepted" in again.content.decode()
+    applied = officer.post(reverse("trust-apply"), ATTEST_TRUST, HTTP_HX_REQUEST="true")
+    assert "data-applied" in applied.content.decode()
+
+
+def test_rotating_a_key_and_granting_sending_need_a_fresh_code(client):
+    load_scenario(servers=1)
+    admin = logged_in(client, ADMINISTRATOR)
+    make_code_stale(admin)
+    rotate = reverse("authority-manage", args=["trust-manager"])
+    assert admin.post(rotate, {"do": "rotate"}, HTTP_HX_REQUEST="true").status_code == 403
+    grant = reverse("client-sending", args=["northwest-controller"])
+    holder = {"do": "grant", "holder": "user:adam"}
+    assert admin.post(grant, holder, HTTP_HX_REQUEST="true").status_code == 403
+    assert not AuditEntry.objects.filter(actor="user:adam").exclude(action="console.login").exists()
+
+
+def test_granting_a_role_in_the_admin_with_a_stale_code_asks_for_one_first(client):
+    admin = logged_in(client, ADMINISTRATOR)
+    olivia = create_member(OPERATOR)
+    make_code_stale(admin)
+    change = f"/admin/auth/user/{olivia.pk}/change/"
+    response = admin.post(change, {"username": "olivia", "is_superuser": "on"})
+    assert response.status_code == 302
+    assert (
+        response.url
+        == f"{SECOND_FACTOR}?next=%2Fadmin%2Fauth%2Fuser%2F{olivia.pk}%2Fchange%2F&again=1"
+    )
+    olivia.refresh_from_db()
+    assert not olivia.is_superuser
+    assert admin.get(change).status_code == 200  # reading it needs no fresh code
+
+
+def test_a_send_above_the_threshold_with_a_stale_code_asks_for_a_fresh_one(client, settings):
+    from django.contrib.auth.models import Group
+
+    from broker.audit import Actor
+    from broker.models import Event
+    from broker.roles import OPERATOR as OPERATOR_ROLE
+    from broker.services.sending import grant_sending
+    from demo.scenario import WORM_ALERT
+
+    settings.SEND_CONFIRM_ABOVE = 0
+    scenario = load_scenario(servers=2)
+    operators = Group.objects.get(name=OPERATOR_ROLE.name)
+    sender = scenario.controllers["northwest-controller"]
+    grant_sending(client=sender, holder=operators, actor=Actor("test", "t"))
+    operator = logged_in(client, OPERATOR)
+    make_code_stale(operator)
+    draft = {
+        "sender": sender.name,
+        "content_name": list(WORM_ALERT),
+        "content_value": [str(v) for v in WORM_ALERT.values()],
+        "selector": 'hostname == "web-00000"',
+        "lifetime_s": "60",
+        "channel": "alerts",
+        "confirm_count": "1",
+    }
+    asked = operator.post(reverse("send-go"), draft, HTTP_HX_REQUEST="true")
+    assert asked.status_code == 403 and "data-needs-fresh-code" in asked.content.decode()
+    assert not Event.objects.exists()
+    refusal = AuditEntry.objects.using("audit").get(action="event.send", actor="user:olivia")
+    assert "fresh code" in refusal.reason
+    operator.post(reverse("second-factor-again"), {"code": next_code(OPERATOR)})
+    sent = operator.post(reverse("send-go"), draft, HTTP_HX_REQUEST="true")
+    assert sent.headers["HX-Redirect"].startswith("/events/")
