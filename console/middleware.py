@@ -3,7 +3,7 @@ request's database connections after it; spelling out invisible characters in pa
 
 from __future__ import annotations
 
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -103,14 +103,27 @@ class RequireSecondFactor:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path.startswith(BEFORE_SECOND_FACTOR) or not request.user.is_authenticated:
+        if request.path.startswith(BEFORE_SECOND_FACTOR):
             return self.get_response(request)
-        if lacks_second_factor(request):
-            return _to_second_factor(request, again=False)
-        granting = request.method == "POST" and request.path.startswith(GRANTS_IN_THE_ADMIN)
-        if granting and not has_fresh_code(request):
-            return _to_second_factor(request, again=True)
-        return self.get_response(request)
+        try:
+            refused = _second_factor_refusal(request)
+        except DatabaseError:
+            # PostgreSQL is down: nothing can act, and the health page says so without
+            # the login it cannot check (console/views/overview.py).
+            return self.get_response(request)
+        return refused or self.get_response(request)
+
+
+def _second_factor_refusal(request: HttpRequest) -> HttpResponse | None:
+    """Where the request must go first, if its session lacks a (fresh) second factor."""
+    if not request.user.is_authenticated:
+        return None
+    if lacks_second_factor(request):
+        return _to_second_factor(request, again=False)
+    granting = request.method == "POST" and request.path.startswith(GRANTS_IN_THE_ADMIN)
+    if granting and not has_fresh_code(request):
+        return _to_second_factor(request, again=True)
+    return None
 
 
 def _to_second_factor(request: HttpRequest, *, again: bool) -> HttpResponse:

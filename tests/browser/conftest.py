@@ -64,10 +64,10 @@ def log_in(page, base_url: str, member) -> None:
     page.fill("#id_username", member.username)
     page.fill("#id_password", member.password)
     page.click("button[type=submit]")
-    page.wait_for_load_state()
+    page.wait_for_url(lambda url: "/login/" not in url)
     if "/account/second-factor/" in page.url:
         page.fill("#id_code", next_code(member))
-        page.click("form button[type=submit] >> nth=0")
+        page.click("#second-factor-form button[type=submit]")
     expect(page.locator("header nav")).to_contain_text("Health")
 
 

@@ -45,6 +45,19 @@ def test_anonymous_socket_is_closed_with_the_unauthenticated_code(asgi_server):
     assert closed.value.rcvd.code == 4401
 
 
+def test_an_operators_session_without_its_second_factor_is_closed_as_unauthenticated(
+    asgi_server, client, operator
+):
+    client.force_login(operator)  # the password only: no code typed
+    headers = {"Cookie": f"sessionid={client.cookies['sessionid'].value}", "Origin": asgi_server}
+    with (
+        connect(socket_url(asgi_server), additional_headers=headers) as ws,
+        pytest.raises(ConnectionClosed) as closed,
+    ):
+        ws.recv(timeout=10)
+    assert closed.value.rcvd.code == 4401
+
+
 def test_a_message_that_is_not_a_ping_gets_an_error_frame_and_the_socket_stays(
     asgi_server, client, operator
 ):
