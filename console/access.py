@@ -9,12 +9,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import wraps
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.http import urlencode
 
 from broker import audit
 from broker.audit import Actor
@@ -113,6 +115,11 @@ def fresh_code_form(request: HttpRequest) -> HttpResponse:
     """403 with a form asking for a fresh code (in place, for htmx; else the second
     factor's page, which comes back here)."""
     if not request.htmx:
-        return redirect(f"{reverse('second-factor')}?again=1&next={request.path}")
+        # Back to the page the form was on (the action itself is a POST): it is
+        # pressed again there.
+        back = urlsplit(request.META.get("HTTP_REFERER", ""))
+        same_site = back.netloc == request.get_host()
+        query = urlencode({"again": "1", "next": back.path if same_site else "/"})
+        return redirect(f"{reverse('second-factor')}?{query}")
     context = {"fresh_min": settings.SECOND_FACTOR_FRESH_MIN}
     return render(request, "console/second_factor.html#again", context, status=403)

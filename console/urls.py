@@ -56,6 +56,7 @@ urlpatterns = [
     path("reports/runs/<int:run_id>/<slug:section>.csv", reports.export_csv, name="report-csv"),
     path("lockouts/", lockouts.lockouts, name="lockouts"),
     path("lockouts/lift", lockouts.lift, name="lockout-lift"),
+    path("lockouts/reset-second-factor", lockouts.reset_factor, name="second-factor-reset"),
     path("account/second-factor/", second_factor.second_factor, name="second-factor"),
     path("account/second-factor/again", second_factor.confirm_again, name="second-factor-again"),
     path("login/", auth_views.LoginView.as_view(), name="login"),

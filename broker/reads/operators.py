@@ -8,10 +8,13 @@ from datetime import datetime
 
 from axes.models import AccessAttempt
 from django.conf import settings
-from django.db.models import Max, Sum
+from django.contrib.auth import get_user_model
+from django.db.models import Count, Max, Sum
 from django.utils import timezone
 from django_otp.plugins.otp_static.models import StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
+
+from broker.roles import needs_second_factor
 
 USERNAME = "username"
 ADDRESS = "address"
@@ -55,3 +58,33 @@ def has_second_factor(user) -> bool:
 def recovery_codes_left(user) -> int:
     """How many of `user`'s recovery codes are still unused."""
     return StaticToken.objects.filter(device__user=user, device__confirmed=True).count()
+
+
+@dataclass(frozen=True)
+class OperatorFactor:
+    """A console user, whether their roles need a second factor, and theirs."""
+
+    username: str
+    roles: str
+    needs_it: bool
+    enrolled: bool
+    codes_left: int
+
+
+def second_factors() -> list[OperatorFactor]:
+    """Every active console user by name, with where their second factor stands."""
+    users = get_user_model().objects.filter(is_active=True).prefetch_related("groups")
+    enrolled = set(
+        TOTPDevice.objects.filter(confirmed=True).values_list("user__username", flat=True)
+    )
+    codes = dict(StaticToken.objects.values_list("device__user__username").annotate(Count("id")))
+    return [
+        OperatorFactor(
+            username=user.username,
+            roles=", ".join(group.name for group in user.groups.all()),
+            needs_it=needs_second_factor(user),
+            enrolled=user.username in enrolled,
+            codes_left=codes.get(user.username, 0),
+        )
+        for user in users.order_by("username")
+    ]

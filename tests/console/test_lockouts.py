@@ -128,3 +128,26 @@ def test_behind_one_proxy_the_address_is_the_one_the_proxy_saw(client, operator)
     login = {"username": OPERATOR.username, "password": OPERATOR.password}
     assert client.post(reverse("login"), login, **from_attacker).status_code == 429
     assert client.post(reverse("login"), login, **from_elsewhere).status_code == 302
+
+
+def test_the_admin_sees_who_enrolled_a_second_factor_and_resets_a_lost_one(client, operator):
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    from tests.console.test_second_factor import make_code_stale
+
+    admin = logged_in(client, ADMINISTRATOR)
+    page = admin.get(reverse("lockouts")).content.decode()
+    row = page.split('data-user="olivia"')[1].split("</tr>")[0]
+    assert "operator" in row and "enrolled" in row
+    admin.post(reverse("second-factor-reset"), {"username": "olivia"})
+    assert not TOTPDevice.objects.filter(user=operator).exists()
+    assert AuditEntry.objects.get(action="operator.reset_second_factor").target == "user:olivia"
+    make_code_stale(admin)
+    create_member(POLICY_AUTHOR)
+    stale = admin.post(
+        reverse("second-factor-reset"),
+        {"username": "paula"},
+        HTTP_REFERER="http://testserver/lockouts/",
+    )
+    assert stale.url == "/account/second-factor/?again=1&next=%2Flockouts%2F"
+    assert TOTPDevice.objects.filter(user__username="paula").exists()
