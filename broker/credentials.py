@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import datetime, timedelta
+
+from django.utils import timezone
 
 TOKEN_BYTES = 32
 
@@ -22,3 +25,9 @@ def new_secret(prefix: str) -> str:
 def key_digest(key: str) -> str:
     """The stored form of a token or key."""
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+def token_expiry(days: int) -> datetime:
+    """When a token issued now stops working: `days` from now (CLIENT_TOKEN_DAYS for
+    clients' tokens, OPERATOR_TOKEN_DAYS for operators')."""
+    return timezone.now() + timedelta(days=days)

@@ -146,6 +146,8 @@ class ClientToken(models.Model):
     client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="tokens")
     key_hash = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # CLIENT_TOKEN_DAYS after it was issued (broker.credentials.token_expiry).
+    expires_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
 
@@ -504,6 +506,8 @@ class OperatorToken(models.Model):
     label = models.CharField(max_length=100)
     key_hash = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # OPERATOR_TOKEN_DAYS after it was issued (broker.credentials.token_expiry).
+    expires_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
 

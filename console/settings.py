@@ -324,6 +324,11 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-reports": {"task": "reports.sweep", "schedule": 15.0},
 }
 
+# API tokens stop working this many days after they were issued: clients' (agents log
+# in with their secret again, or are given a new one) and operators' integrations'.
+CLIENT_TOKEN_DAYS = env_int("CLIENT_TOKEN_DAYS", 365, minimum=1)
+OPERATOR_TOKEN_DAYS = env_int("OPERATOR_TOKEN_DAYS", 90, minimum=1)
+
 # Agents (broker/consumers.py) must log in this soon after connecting.
 AGENT_LOGIN_TIMEOUT_S = env_int("AGENT_LOGIN_TIMEOUT_S", 10, minimum=1)
 # Agents confirm what they have at least this often when idle (their heartbeat).

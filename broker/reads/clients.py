@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import Q, QuerySet
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from broker.credentials import key_digest
@@ -152,10 +153,13 @@ def clients_with_attributes(query: QuerySet[Client], *, offset: int, limit: int)
 
 
 def live_tokens(token: str) -> QuerySet[ClientToken]:
-    """The token's records that still let their client in (not revoked, client
-    active): the one rule for logging in and for staying logged in."""
+    """The token's records that still let their client in (not revoked, not expired,
+    client active): the one rule for logging in and for staying logged in."""
     return ClientToken.objects.filter(
-        key_hash=key_digest(token), revoked_at__isnull=True, client__is_active=True
+        key_hash=key_digest(token),
+        revoked_at__isnull=True,
+        expires_at__gt=Now(),
+        client__is_active=True,
     )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.hashers import check_password
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -16,7 +17,7 @@ from broker import audit
 from broker.attribute_store import printable, write_values
 from broker.attributes import check_values
 from broker.audit import Actor
-from broker.credentials import key_digest, new_secret
+from broker.credentials import key_digest, new_secret, token_expiry
 from broker.dispatch import entry
 from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
 from broker.models import AttributeValue, Client, ClientModel, ClientToken, ModelAttribute
@@ -156,7 +157,7 @@ def log_in_client(*, name: str, secret: str) -> str:
         )
         raise AuthenticationFailed("unknown client or wrong secret")
     token = new_secret("snt")
-    ClientToken.objects.create(client=client, key_hash=key_digest(token))
+    ClientToken.objects.create(client=client, key_hash=key_digest(token), expires_at=_expiry())
     return token
 
 
@@ -165,7 +166,7 @@ def issue_token(*, client: Client, actor: Actor) -> str:
     provisioned rather than typed in (the fleet, an integration); shown once."""
     token = new_secret("snt")
     with transaction.atomic():
-        ClientToken.objects.create(client=client, key_hash=key_digest(token))
+        ClientToken.objects.create(client=client, key_hash=key_digest(token), expires_at=_expiry())
         target = f"client:{client.name}"
         audit.record_change(actor=actor, action="client.issue_token", target=target)
     return token
@@ -179,8 +180,10 @@ def issue_fleet_tokens(*, clients: list[Client], actor: Actor) -> dict[int, str]
         ClientToken.objects.filter(client__in=clients, revoked_at__isnull=True).update(
             revoked_at=timezone.now()
         )
+        expires_at = _expiry()
         ClientToken.objects.bulk_create(
-            ClientToken(client_id=pk, key_hash=key_digest(token)) for pk, token in tokens.items()
+            ClientToken(client_id=pk, key_hash=key_digest(token), expires_at=expires_at)
+            for pk, token in tokens.items()
         )
         audit.record_change(
             actor=actor,
@@ -189,6 +192,11 @@ def issue_fleet_tokens(*, clients: list[Client], actor: Actor) -> dict[int, str]
             details={"clients": [client.name for client in clients][: audit.MAX_LISTED_NAMES]},
         )
     return tokens
+
+
+def _expiry():
+    """When a client's token issued now stops working."""
+    return token_expiry(settings.CLIENT_TOKEN_DAYS)
 
 
 def _secret_matches(secret: str, stored: str) -> bool:
@@ -204,7 +212,7 @@ def authenticate_client(token: str) -> Client:
         cursor.execute(USE_TOKEN.format(live=live_token_ids_sql()), [key_digest(token)])
         row = cursor.fetchone()
     if row is None:
-        raise AuthenticationFailed("the token is unknown or revoked")
+        raise AuthenticationFailed("the token is unknown, revoked or expired")
     client = Client.from_db(connection.alias, CLIENT_FIELDS, row[: len(CLIENT_FIELDS)])
     client.model = ClientModel.from_db(connection.alias, MODEL_FIELDS, row[len(CLIENT_FIELDS) :])
     return client
@@ -243,6 +251,23 @@ def revoke_tokens(*, client: Client, actor: Actor) -> int:
         # failure is logged.
         transaction.on_commit(lambda: to_agents.end_sessions(client.pk), robust=True)
     return count
+
+
+def revoke_token(*, token: ClientToken, actor: Actor) -> None:
+    """Revoke one token of a client (audited); the client's sessions end, and its
+    agents log in again with a token still live, if they have one."""
+    with transaction.atomic():
+        ClientToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        audit.record_change(
+            actor=actor,
+            action="client.revoke_token",
+            target=f"client:{token.client.name}",
+            details={"token": token.pk},
+        )
+        client_id = token.client_id
+        transaction.on_commit(lambda: to_agents.end_sessions(client_id), robust=True)
 
 
 def revoke_tokens_of(*, clients: list[Client], actor: Actor) -> int:

@@ -4,7 +4,9 @@ permissions), lifting their login lockouts, and their second factor."""
 from __future__ import annotations
 
 from axes.utils import reset
+from django.conf import settings
 from django.db import transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 from django_otp import match_token
 from django_otp.plugins.otp_static.models import StaticDevice, StaticToken
@@ -12,7 +14,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from broker import audit
 from broker.audit import Actor
-from broker.credentials import key_digest, new_secret
+from broker.credentials import key_digest, new_secret, token_expiry
 from broker.errors import AuthenticationFailed, InvalidInput
 from broker.models import OperatorToken
 from broker.reads.operators import ADDRESS, USERNAME
@@ -22,7 +24,12 @@ def issue_operator_token(*, user, label: str, actor: Actor) -> str:
     """A new API token acting as `user`; returned this once, stored as a digest."""
     token = new_secret("sno")
     with transaction.atomic():
-        OperatorToken.objects.create(user=user, label=label[:100], key_hash=key_digest(token))
+        OperatorToken.objects.create(
+            user=user,
+            label=label[:100],
+            key_hash=key_digest(token),
+            expires_at=token_expiry(settings.OPERATOR_TOKEN_DAYS),
+        )
         audit.record_change(
             actor=actor,
             action="operator.issue_token",
@@ -36,11 +43,16 @@ def authenticate_operator(token: str):
     """The active user a live operator token belongs to, else AuthenticationFailed."""
     found = (
         OperatorToken.objects.select_related("user")
-        .filter(key_hash=key_digest(token), revoked_at__isnull=True, user__is_active=True)
+        .filter(
+            key_hash=key_digest(token),
+            revoked_at__isnull=True,
+            expires_at__gt=Now(),
+            user__is_active=True,
+        )
         .first()
     )
     if found is None:
-        raise AuthenticationFailed("the operator token is unknown or revoked")
+        raise AuthenticationFailed("the operator token is unknown, revoked or expired")
     OperatorToken.objects.filter(pk=found.pk).update(last_used_at=timezone.now())
     return found.user
 
@@ -132,4 +144,18 @@ def reset_second_factor(*, user, actor: Actor) -> None:
         StaticDevice.objects.filter(user=user).delete()
         audit.record_change(
             actor=actor, action="operator.reset_second_factor", target=f"user:{user.username}"
+        )
+
+
+def revoke_operator_token(*, token: OperatorToken, actor: Actor) -> None:
+    """Revoke one operator's API token (audited); its integration is refused from now."""
+    with transaction.atomic():
+        OperatorToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        audit.record_change(
+            actor=actor,
+            action="operator.revoke_token",
+            target=f"user:{token.user.username}",
+            details={"label": token.label, "token": token.pk},
         )

@@ -290,3 +290,12 @@ def next_sort(query, field) -> str:
     if query.field == field.name:
         return field.name if query.descending else f"-{field.name}"
     return field.name if field.type == "text" else f"-{field.name}"
+
+
+@register.simple_tag
+def tokens_url(query, **changes) -> str:
+    """`?state=...&sort=...&page=...` for the API tokens page's `query` with `changes`
+    applied (a change of state or order goes back to the first page)."""
+    if "page" not in changes:
+        changes["page"] = 1
+    return "?" + urlencode(query.params(**changes))

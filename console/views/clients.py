@@ -49,6 +49,7 @@ def _page_context(request: HttpRequest, client: Client) -> dict:
     return {
         "presence": presence,
         "connected": is_connected(presence, timezone.now()),
+        "now": timezone.now(),
         "client": client,
         "declared": list(client.model.attributes.order_by("name")),
         "values": attribute_provenance(client),
@@ -167,4 +168,5 @@ def tokens(request: HttpRequest, name: str) -> HttpResponse:
     else:
         return HttpResponse("Say what to do: issue or revoke.", status=400)
     context["tokens"] = list(client.tokens.order_by("-created_at")[:50])
+    context["now"] = timezone.now()
     return render(request, "console/client.html#tokens", context)

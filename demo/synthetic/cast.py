@@ -6,8 +6,9 @@ audit entries, a change logged for its leaf)."""
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 
 from broker.attributes import check_values
@@ -111,10 +112,14 @@ def _copy_trust(controllers: dict, ids: dict, authority: int, declared: dict, ti
          for name, values in controllers.items()
          for attribute, value in check_values(declared, values).items()),
     )  # fmt: skip
+    lifetime = timedelta(days=settings.CLIENT_TOKEN_DAYS)
     copy_rows(
         ClientToken,
-        ["client", "key_hash", "created_at"],
-        ((ids[name], key_digest(new_secret("snt")), moment(name, 3)) for name in controllers),
+        ["client", "key_hash", "created_at", "expires_at"],
+        (
+            (ids[name], key_digest(new_secret("snt")), moment(name, 3), moment(name, 3) + lifetime)
+            for name in controllers
+        ),
     )
 
 

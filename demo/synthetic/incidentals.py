@@ -6,6 +6,9 @@ with a stale secret, then a new token from the operator)."""
 from __future__ import annotations
 
 import random
+from datetime import timedelta
+
+from django.conf import settings
 
 from broker.audit import ATTRIBUTE_NOT_AUTHORISED, OTHER, ROLE_REFUSED
 from broker.credentials import key_digest, new_secret
@@ -102,6 +105,8 @@ def _returning_servers(incident, fleet: Fleet, fates: dict[int, Fate], audit, rn
                       "unknown client or wrong secret", details)  # fmt: skip
         issued = moment - rng.randint(5, 25) * US
         audit.change(issued, f"user:{OPERATOR}", "client.issue_token", target)
-        tokens.append((receiver.id, key_digest(new_secret("snt")), to_datetime(issued)))
-    copy_rows(ClientToken, ["client", "key_hash", "created_at"], tokens)
+        issued_at = to_datetime(issued)
+        expires_at = issued_at + timedelta(days=settings.CLIENT_TOKEN_DAYS)
+        tokens.append((receiver.id, key_digest(new_secret("snt")), issued_at, expires_at))
+    copy_rows(ClientToken, ["client", "key_hash", "created_at", "expires_at"], tokens)
     return len(tokens)

@@ -57,7 +57,7 @@ def test_an_unknown_token_gets_an_error_frame_and_the_unauthenticated_close(asgi
         "type": "error",
         "ref": 1,
         "code": "authentication_failed",
-        "message": "the token is unknown or revoked",
+        "message": "the token is unknown, revoked or expired",
         "field": None,
     }
     assert AuditEntry.objects.filter(action="agent.login", outcome="refused").exists()

@@ -26,7 +26,7 @@ NOT_PAGES = {
     "event-why-lookup", "policy-check", "policy-preview", "policy-save", "trust-preview",
     "trust-apply", "authority-manage", "send-preview", "send-go", "event-resend",
     "audit-export", "report-run", "report-csv", "lockout-lift", "logout", "login",
-    "second-factor-again",
+    "second-factor-again", "token-revoke", "second-factor-reset",
 }  # fmt: skip
 ADMIN_PAGES = ["/admin/", "/admin/auth/user/", "/admin/broker/client/", "/admin/auth/group/"]
 
@@ -37,7 +37,7 @@ def page_paths(event: Event) -> dict[str, list[str]]:
         "home": [], "health": [], "fleet": [], "client": [SERVER],
         "event-why": [event.pk, SERVER], "policy-editor": [], "tree": [], "trust": [],
         "send": [], "events": [], "event": [event.pk], "audit-log": [], "reports": [],
-        "lockouts": [], "second-factor": [],
+        "lockouts": [], "second-factor": [], "tokens": [],
     }  # fmt: skip
     paths = {name: [reverse(name, args=args)] for name, args in one.items()}
     paths["report"] = [reverse("report", args=[kind]) for kind in KINDS]
