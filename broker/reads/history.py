@@ -4,7 +4,7 @@ the policy then in force."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from broker.models import (
@@ -46,6 +46,43 @@ def attributes_as_of(client: Client, moment: datetime) -> dict[str, Provenance]:
         if row.kind != AttributeHistory.Kind.REVOKED
         and (row.expires_at is None or row.expires_at > moment)
     }
+
+
+@dataclass(frozen=True)
+class Lapse:
+    """A value a client no longer held at some moment: it expired or was revoked. An
+    attested value replaces the one before it, and when it lapses the earlier value
+    does not come back (the authority said the new one; it never re-said the old):
+    `replaced` is that earlier value, for the page to say so."""
+
+    held: Provenance
+    how: str  # "expired" or "revoked"
+    at: datetime
+    revoked_by: str
+    replaced: Provenance | None
+
+
+def lapsed_as_of(client: Client, moment: datetime, names: set[str]) -> dict[str, Lapse]:
+    """{name: Lapse} of those `names` the client had held before `moment` but no longer
+    held then, because the value expired or was revoked."""
+    newest = (
+        AttributeHistory.objects.filter(client=client, at__lte=moment, name__in=names)
+        .order_by("name", "-at", "-id")
+        .distinct("name")
+        .select_related("authority")
+    )
+    return {row.name: lapse for row in newest if (lapse := _lapse(client, row, moment))}
+
+
+def _lapse(client: Client, row: AttributeHistory, moment: datetime) -> Lapse | None:
+    if row.kind == AttributeHistory.Kind.REVOKED:
+        how, at = "revoked", row.at
+    elif row.expires_at is not None and row.expires_at <= moment:
+        how, at = "expired", row.expires_at
+    else:
+        return None  # still held
+    earlier = attributes_as_of(client, row.set_at - timedelta(microseconds=1)).get(row.name)
+    return Lapse(_provenance(row), how, at, row.revoked_by, earlier)
 
 
 def _provenance(row: AttributeHistory) -> Provenance:

@@ -17,11 +17,18 @@ from django.utils import timezone
 
 from broker.models import Client, Delivery, Dispatcher, Event, PolicyVersion, TrafficRecord
 from broker.reads.clients import current_attributes
-from broker.reads.history import Provenance, attributes_as_of, policy_as_of
+from broker.reads.history import Lapse, Provenance, attributes_as_of, lapsed_as_of, policy_as_of
 from broker.reads.policies import current_policy
 from broker.vocabulary import stored_selector, vocabulary
 from policies import Policy, Selector
-from policies.explain import BranchCheck, ClauseCheck, Verdict, check_policy, check_selector
+from policies.explain import (
+    BranchCheck,
+    ClauseCheck,
+    Verdict,
+    check_policy,
+    check_selector,
+    describe_value,
+)
 from policies.expressions import EVENT, RECEIVER, SENDER
 
 # What each scope of a constraint is called on the page.
@@ -35,11 +42,21 @@ class ClauseRow:
 
     check: ClauseCheck
     provenance: Provenance | None
+    lapse: Lapse | None = None  # a missing sender value: how it had lapsed
 
     @property
     def part(self) -> str:
         """ "receiver", "sender" or "content"."""
         return PART_OF_SCOPE[self.check.scope]
+
+    def __str__(self) -> str:
+        if self.lapse is None:
+            return str(self.check)
+        lapse = self.lapse
+        when = lapse.at.strftime("%Y-%m-%d %H:%M:%S")
+        was = f"{describe_value(lapse.held.value)} from {lapse.held.authority or 'itself'}"
+        missing = f"{self.check.attribute} is missing: its {was} {lapse.how} at {when}"
+        return f"{self.check.text} ({missing})"
 
 
 @dataclass(frozen=True)
@@ -80,7 +97,7 @@ class RuleCheck:
         branch = self.nearest
         if branch is None:
             return "it accepts nothing"
-        return ", ".join(str(row.check) for row in branch.failing)
+        return ", ".join(str(row) for row in branch.failing)
 
 
 @dataclass(frozen=True)
@@ -234,7 +251,7 @@ def _policy_part(event: Event, client: Client, moment: datetime, live: bool) -> 
     check = None
     if version is not None:
         verdict = check_policy(_policy(version), event.sender_attributes, event.content)
-        check = _rows(verdict, provenance)
+        check = _rows(verdict, provenance, _lapses(event, verdict))
     return PolicyPart(version, sent, check, _policy_now(event, client) if live else None)
 
 
@@ -265,13 +282,34 @@ def _same_value(held: Provenance | None, value: Any) -> Provenance | None:
     return held if held is not None and held.attested and held.value == value else None
 
 
-def _rows(verdict: Verdict, provenance: dict[str, Provenance]) -> RuleCheck:
-    return RuleCheck(verdict, tuple(_branch_rows(b, provenance) for b in verdict.branches))
+def _lapses(event: Event, verdict: Verdict) -> dict[str, Lapse]:
+    """How the sender's attributes a policy tested but the event lacked had lapsed
+    (expired or revoked) by the time it was sent."""
+    missing = {
+        check.name
+        for branch in verdict.branches
+        for check in branch.checks
+        if check.scope == SENDER and check.value is None
+    }
+    return lapsed_as_of(event.sender, event.published_at, missing) if missing else {}
 
 
-def _branch_rows(branch: BranchCheck, provenance: dict[str, Provenance]) -> BranchRows:
+def _rows(
+    verdict: Verdict, provenance: dict[str, Provenance], lapses: dict[str, Lapse] | None = None
+) -> RuleCheck:
+    rows = [_branch_rows(branch, provenance, lapses or {}) for branch in verdict.branches]
+    return RuleCheck(verdict, tuple(rows))
+
+
+def _branch_rows(
+    branch: BranchCheck, provenance: dict[str, Provenance], lapses: dict[str, Lapse]
+) -> BranchRows:
     rows = tuple(
-        ClauseRow(check, provenance.get(check.name) if check.scope != EVENT else None)
+        ClauseRow(
+            check,
+            provenance.get(check.name) if check.scope != EVENT else None,
+            lapses.get(check.name) if check.scope == SENDER and check.value is None else None,
+        )
         for check in branch.checks
     )
     return BranchRows(branch.text, branch.holds, rows)

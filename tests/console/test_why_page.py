@@ -155,3 +155,31 @@ def test_the_event_page_asks_why_for_any_client_by_name(as_auditor, scenario):
         odd.status_code == 404 and "no client named &#x27;web/00000&#x27;" in odd.content.decode()
     )
     assert empty.status_code == 404 and "type its name" in empty.content.decode()
+
+
+def test_an_expired_trust_is_named_with_when_and_who_and_the_value_it_replaced(
+    as_auditor, scenario
+):
+    import time
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from broker.services.authorities import attest_attributes
+
+    rogue = scenario.controllers["rogue-controller"]
+    attest_attributes(
+        authority=scenario.trust_manager,
+        client=rogue,
+        grant_key=scenario.grants[("rogue-controller", "trust-manager")],
+        values={"trust": 2},
+        expires_at=timezone.now() + timedelta(seconds=1),
+    )
+    time.sleep(1.1)
+    alert = publish(scenario, "rogue-controller", WORM_ALERT, NORTHWEST)
+    body = as_auditor.get(why_url(alert, "web-00000")).content.decode()
+    trust = section(body, "policy").split('data-clause="sender.trust"')[1].split("</tr>")[0]
+    assert 'data-lapse="expired"' in trust and "trust-manager" in trust
+    assert "<code>2</code>" in trust
+    assert "data-replaced" in trust and "<code>1</code>" in trust and "does not come back" in trust
+    assert "sender.trust is missing: its 2 from trust-manager expired at" in body
