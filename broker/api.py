@@ -19,6 +19,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
+from django.core.cache import cache
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
 from django.utils.datastructures import MultiValueDict
@@ -32,7 +34,7 @@ from pydantic import AwareDatetime, Field, StrictBool, StrictInt
 from broker import audit
 from broker.audit import Actor
 from broker.errors import AuthenticationFailed, BrokerError, InvalidInput, NotAuthorised, NotFound
-from broker.inputs import check_text, decode_json
+from broker.inputs import check_text, client_address, decode_json
 from broker.models import Authority, Client, ClientModel
 from broker.reads.clients import clients_with_attributes
 from broker.reads.events import event_status as status_of_event
@@ -95,6 +97,7 @@ STATUS = {
     "not_found": 404,
     "too_large": 413,
     "unsupported_media_type": 415,
+    "locked_out": 429,
 }
 # Where a schema error's location names the kind of parameter rather than the field.
 PARAMETER_KINDS = frozenset({"body", "payload", "query", "path"})
@@ -114,13 +117,16 @@ class ErrorOut(Schema):
 
 
 # The refusals every operation may answer; those with a body also 413 and 415.
-ERRORS = {frozenset({400, 401, 403, 404}): ErrorOut}
-BODY_ERRORS = {frozenset({400, 401, 403, 404, 413, 415}): ErrorOut}
+ERRORS = {frozenset({400, 401, 403, 404, 429}): ErrorOut}
+BODY_ERRORS = {frozenset({400, 401, 403, 404, 413, 415, 429}): ErrorOut}
 
 
 @api.exception_handler(BrokerError)
 def refused(request: HttpRequest, error: BrokerError):
-    return api.create_response(request, error.as_dict(), status=STATUS.get(error.code, 400))
+    response = api.create_response(request, error.as_dict(), status=STATUS.get(error.code, 400))
+    if isinstance(error, LockedOut):
+        response["Retry-After"] = str(int(settings.AXES_COOLOFF_TIME.total_seconds()))
+    return response
 
 
 @api.exception_handler(SchemaError)
@@ -165,27 +171,65 @@ def unauthenticated(request: HttpRequest, error: AuthenticationError):
 # Who is calling -------------------------------------------------------------------------
 
 
+class LockedOut(BrokerError):
+    """Too many unknown tokens from this address lately: refused for a cool-off."""
+
+    code = "locked_out"
+
+
+# Guessing tokens is bounded as guessing passwords is (the console's login lockout):
+# LOGIN_FAILURE_LIMIT unknown tokens from one address within LOGIN_COOLOFF_MIN minutes
+# refuse every request from it with 429 until that long after its last failure, even
+# with a good token. Counted in the cache (Redis), which every web process shares.
+def token_failures_key(address: str) -> str:
+    """The cache key counting unknown tokens from `address`."""
+    return f"api-token-failures:{address}"
+
+
+def _authenticated(request: HttpRequest, authenticate, token: str):
+    """`authenticate(token)` unless the address is locked out; a failure counts."""
+    key = token_failures_key(client_address(request))
+    window = int(settings.AXES_COOLOFF_TIME.total_seconds())
+    if cache.get(key, 0) >= settings.AXES_FAILURE_LIMIT:
+        cache.touch(key, window)
+        audit.record_refusal(
+            actor=Actor("address", client_address(request)),
+            action="api.authenticate",
+            target=request.path[: audit.SHORT_TEXT],
+            reason="locked out: too many unknown tokens from this address",
+            details={"locked_out": True},
+        )
+        raise LockedOut("too many unknown tokens from this address: try again later")
+    try:
+        return authenticate(token)
+    except AuthenticationFailed:
+        cache.add(key, 0, window)
+        cache.incr(key)
+        cache.touch(key, window)
+        raise
+
+
 class ClientToken(HttpBearer):
     openapi_scheme = "bearer"
 
     def authenticate(self, request, token: str) -> Client | None:
         if not token.startswith("snt_"):
             return None
-        return clients.authenticate_client(token)
+        return _authenticated(request, clients.authenticate_client, token)
 
 
 class OperatorToken(HttpBearer):
     def authenticate(self, request, token: str):
         if not token.startswith("sno_"):
             return None
-        return operators.authenticate_operator(token)
+        return _authenticated(request, operators.authenticate_operator, token)
 
 
 class AuthorityKey(HttpBearer):
     def authenticate(self, request, token: str) -> Authority | None:
         if not token.startswith("sna_"):
             return None
-        return authorities.authenticate_authority(token)
+        return _authenticated(request, authorities.authenticate_authority, token)
 
 
 def operator_with(request: HttpRequest, permission: str, action: str, target: str) -> Actor:

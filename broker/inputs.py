@@ -1,4 +1,5 @@
-"""Strict decoding of untrusted JSON, shared by the agent socket and the HTTP API.
+"""Untrusted input: strict decoding of JSON, shared by the agent socket and the HTTP API;
+text that hides characters; the address a request claims to come from.
 
 Python's `json` accepts more than what we can store or answer: `NaN` and `Infinity`,
 numbers too large for any column, strings holding `\\u0000` (PostgreSQL's text and
@@ -15,6 +16,8 @@ import math
 import re
 import unicodedata
 from typing import Any
+
+from django.conf import settings
 
 from broker.errors import BrokerError, InvalidInput
 
@@ -182,3 +185,15 @@ def invisible_in(value: Any, path: str) -> list[tuple[str, list[str]]]:
             for hit in invisible_in(item, f"{path}[{index}]")
         ]
     return []
+
+
+def client_address(request) -> str:
+    """The address an HTTP request comes from: the socket's peer, or behind
+    TRUSTED_PROXY_COUNT reverse proxies the address the outermost of them saw (each
+    proxy appends the address it saw to X-Forwarded-For, so only the last N entries
+    were written by proxies we trust; anything before them the client chose)."""
+    proxies = settings.TRUSTED_PROXY_COUNT
+    forwarded = [a.strip() for a in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+    if proxies and len(forwarded) >= proxies and forwarded[-proxies]:
+        return forwarded[-proxies]
+    return request.META.get("REMOTE_ADDR", "")

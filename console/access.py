@@ -64,18 +64,6 @@ def refuse(request: HttpRequest, *, permission: str, action: str) -> HttpRespons
     return render(request, template, context, status=403)
 
 
-def client_address(request: HttpRequest) -> str:
-    """The address a request comes from: the socket's peer, or behind
-    TRUSTED_PROXY_COUNT reverse proxies the address the outermost of them saw (each
-    proxy appends the address it saw to X-Forwarded-For, so only the last N entries
-    were written by proxies we trust; anything before them the client chose)."""
-    proxies = settings.TRUSTED_PROXY_COUNT
-    forwarded = [a.strip() for a in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
-    if proxies and len(forwarded) >= proxies and forwarded[-proxies]:
-        return forwarded[-proxies]
-    return request.META.get("REMOTE_ADDR", "")
-
-
 # When the session's user last typed a code of their second factor (a Unix time).
 CODE_TYPED_AT = "second_factor_at"
 

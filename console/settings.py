@@ -152,10 +152,10 @@ AXES_HTTP_RESPONSE_CODE = 429
 SECOND_FACTOR_FRESH_MIN = env_int("SECOND_FACTOR_FRESH_MIN", 15, minimum=1)
 OTP_TOTP_ISSUER = "Selective Notification"
 
-# Whose address a request comes from (console.access.client_address): behind this many
+# Whose address a request comes from (broker.inputs.client_address): behind this many
 # reverse proxies, the one the nearest proxy saw; with 0, the socket's own peer.
 TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)
-AXES_CLIENT_IP_CALLABLE = "console.access.client_address"
+AXES_CLIENT_IP_CALLABLE = "broker.inputs.client_address"
 # Successful logins are audited by the console; axes keeps only the failures.
 AXES_DISABLE_ACCESS_LOG = True
 LOGIN_REDIRECT_URL = "home"
