@@ -104,6 +104,8 @@ class RequireSecondFactor:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path.startswith(BEFORE_SECOND_FACTOR):
+            # The pages reachable before it show no navigation and open no socket.
+            request.second_factor_pending = _pending(request)
             return self.get_response(request)
         try:
             refused = _second_factor_refusal(request)
@@ -112,6 +114,13 @@ class RequireSecondFactor:
             # the login it cannot check (console/views/overview.py).
             return self.get_response(request)
         return refused or self.get_response(request)
+
+
+def _pending(request: HttpRequest) -> bool:
+    try:
+        return request.user.is_authenticated and lacks_second_factor(request)
+    except DatabaseError:
+        return False
 
 
 def _second_factor_refusal(request: HttpRequest) -> HttpResponse | None:

@@ -4,7 +4,7 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.urls import reverse
 
-from tests.cast import OPERATOR, log_in_proved
+from tests.cast import OPERATOR, log_in_proved, next_code
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 
@@ -15,12 +15,15 @@ def test_pages_redirect_anonymous_visitors_to_the_login_page(client):
     assert response.url == f"{reverse('login')}?next=/"
 
 
-def test_operator_logs_in_and_sees_the_navigation(client, operator):
-    response = client.post(
+def test_operator_logs_in_with_password_then_code_and_sees_the_navigation(client, operator):
+    asked = client.post(
         reverse("login"),
         {"username": OPERATOR.username, "password": OPERATOR.password},
         follow=True,
     )
+    assert asked.redirect_chain[-1][0].startswith(reverse("second-factor"))
+    assert 'href="/healthz"' not in asked.content.decode()
+    response = client.post(reverse("second-factor"), {"code": next_code(OPERATOR)}, follow=True)
     body = response.content.decode()
     assert response.status_code == 200
     assert 'href="/healthz"' in body
