@@ -150,6 +150,10 @@ AXES_HTTP_RESPONSE_CODE = 429
 # A second factor (TOTP, django-otp) for every role that changes anything; a code this
 # fresh before a large send, a trust change, a key rotation or a grant (docs/security.md).
 SECOND_FACTOR_FRESH_MIN = env_int("SECOND_FACTOR_FRESH_MIN", 15, minimum=1)
+# A user enrols their authenticator on their own only this many days after their
+# account was made, or an admin opened enrolment for them: a password taken later
+# cannot enrol the thief's phone.
+SECOND_FACTOR_ENROL_DAYS = env_int("SECOND_FACTOR_ENROL_DAYS", 7, minimum=1)
 OTP_TOTP_ISSUER = "Selective Notification"
 
 # Whose address a request comes from (broker.inputs.client_address): behind this many

@@ -4,7 +4,7 @@ the failed attempts; broker.services.operators lifts lockouts), and their second
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from axes.models import AccessAttempt
 from django.conf import settings
@@ -88,3 +88,18 @@ def second_factors() -> list[OperatorFactor]:
         )
         for user in users.order_by("username")
     ]
+
+
+# The unconfirmed device an admin's reset leaves: enrolment is open from its creation.
+ENROLMENT_OPENED = "enrolment opened by an admin"
+
+
+def may_enrol(user) -> bool:
+    """Whether `user`, who has no authenticator, may enrol one now: within
+    SECOND_FACTOR_ENROL_DAYS of their account's creation or of an admin opening
+    enrolment for them (broker.services.operators.reset_second_factor)."""
+    if has_second_factor(user):
+        return False
+    opened = TOTPDevice.objects.filter(user=user, name=ENROLMENT_OPENED, confirmed=False)
+    since = max([user.date_joined, *opened.values_list("created_at", flat=True)])
+    return since >= timezone.now() - timedelta(days=settings.SECOND_FACTOR_ENROL_DAYS)

@@ -17,7 +17,7 @@ from broker.audit import Actor
 from broker.credentials import key_digest, new_secret, token_expiry
 from broker.errors import AuthenticationFailed, InvalidInput
 from broker.models import OperatorToken
-from broker.reads.operators import ADDRESS, USERNAME
+from broker.reads.operators import ADDRESS, ENROLMENT_OPENED, USERNAME
 
 
 def issue_operator_token(*, user, label: str, actor: Actor) -> str:
@@ -137,11 +137,13 @@ def _refuse_code(user, actor: Actor, reason: str) -> None:
 
 
 def reset_second_factor(*, user, actor: Actor) -> None:
-    """Remove `user`'s authenticator and recovery codes (a lost phone): they enrol
-    again at their next login. Audited."""
+    """Remove `user`'s authenticator and recovery codes (a lost phone), and open
+    enrolment for them (SECOND_FACTOR_ENROL_DAYS): they enrol again at their next
+    login. Audited."""
     with transaction.atomic():
         TOTPDevice.objects.filter(user=user).delete()
         StaticDevice.objects.filter(user=user).delete()
+        TOTPDevice.objects.create(user=user, name=ENROLMENT_OPENED, confirmed=False)
         audit.record_change(
             actor=actor, action="operator.reset_second_factor", target=f"user:{user.username}"
         )

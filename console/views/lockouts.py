@@ -25,6 +25,7 @@ def lockouts(request: HttpRequest) -> HttpResponse:
         "lockouts": current_lockouts(),
         "failure_limit": settings.AXES_FAILURE_LIMIT,
         "factors": second_factors(),
+        "enrol_days": settings.SECOND_FACTOR_ENROL_DAYS,
     }
     return render(request, "console/lockouts.html", context)
 

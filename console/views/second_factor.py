@@ -15,8 +15,9 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 from django_otp import login as otp_login
 
+from broker import audit
 from broker.errors import BrokerError
-from broker.reads.operators import has_second_factor, recovery_codes_left
+from broker.reads.operators import has_second_factor, may_enrol, recovery_codes_left
 from broker.services.operators import check_second_factor, confirm_enrolment, enrolment_device
 from console.access import actor_of, note_code_typed
 
@@ -50,7 +51,10 @@ def _verify_context(request: HttpRequest) -> dict:
 
 
 def _enrol(request: HttpRequest) -> HttpResponse:
-    """Show the authenticator to enrol; a code from it confirms it (and logs in)."""
+    """Show the authenticator to enrol; a code from it confirms it (and logs in).
+    Once enrolment has closed, say so: only an admin opens it again."""
+    if not may_enrol(request.user):
+        return _enrolment_closed(request)
     device = enrolment_device(user=request.user)
     context = {"enrolling": True, "next": _next_page(request), **_qr_code(device)}
     if request.method == "GET":
@@ -63,6 +67,17 @@ def _enrol(request: HttpRequest) -> HttpResponse:
         return render(request, TEMPLATE, {**context, "problem": error}, status=403)
     _proved(request, device)
     return render(request, TEMPLATE, {"recovery_codes": codes, "next": context["next"]})
+
+
+def _enrolment_closed(request: HttpRequest) -> HttpResponse:
+    audit.record_refusal(
+        actor=actor_of(request),
+        action="operator.enrol_second_factor",
+        target=f"user:{request.user.username}",
+        reason="enrolment is closed: ask an admin to open it",
+    )
+    context = {"closed": True, "enrol_days": settings.SECOND_FACTOR_ENROL_DAYS}
+    return render(request, TEMPLATE, context, status=403)
 
 
 def _qr_code(device) -> dict:

@@ -239,3 +239,44 @@ def test_a_send_above_the_threshold_with_a_stale_code_asks_for_a_fresh_one(clien
     operator.post(reverse("second-factor-again"), {"code": next_code(OPERATOR)})
     sent = operator.post(reverse("send-go"), draft, HTTP_HX_REQUEST="true")
     assert sent.headers["HX-Redirect"].startswith("/events/")
+
+
+def test_a_password_taken_after_the_enrolment_window_cannot_enrol_a_thiefs_phone(
+    client, operator, settings
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from broker.audit import Actor
+    from broker.services.operators import reset_second_factor
+
+    TOTPDevice.objects.filter(user=operator).delete()
+    long_ago = timezone.now() - timedelta(days=settings.SECOND_FACTOR_ENROL_DAYS, seconds=1)
+    type(operator).objects.filter(pk=operator.pk).update(date_joined=long_ago)
+    log_in_with_password(client, OPERATOR)
+    closed = client.get(SECOND_FACTOR)
+    assert closed.status_code == 403 and "data-enrolment-closed" in closed.content.decode()
+    assert type_code(client, "123456").status_code == 403
+    assert not TOTPDevice.objects.filter(user=operator).exists()
+    refusal = AuditEntry.objects.using("audit").filter(action="operator.enrol_second_factor")
+    assert refusal.count() == 2 and refusal.first().target == "user:olivia"
+    reset_second_factor(user=operator, actor=Actor("user", "adam"))
+    assert "data-qr" in client.get(SECOND_FACTOR).content.decode()
+
+
+def test_the_command_opens_enrolment_for_an_admin_who_never_enrolled(client, capsys):
+    from datetime import timedelta
+
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    admin = create_member(ADMINISTRATOR)
+    TOTPDevice.objects.filter(user=admin).delete()
+    type(admin).objects.filter(pk=admin.pk).update(date_joined=timezone.now() - timedelta(days=90))
+    call_command("open_enrolment", "adam")
+    assert "adam sets up a second factor" in capsys.readouterr().out
+    log_in_with_password(client, ADMINISTRATOR)
+    assert "data-qr" in client.get(SECOND_FACTOR).content.decode()
+    entry = AuditEntry.objects.get(action="operator.reset_second_factor")
+    assert entry.actor == "system:manage.py"
