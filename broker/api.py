@@ -188,12 +188,13 @@ def token_failures_key(address: str) -> str:
 
 def _authenticated(request: HttpRequest, authenticate, token: str):
     """`authenticate(token)` unless the address is locked out; a failure counts."""
-    key = token_failures_key(client_address(request))
+    address = client_address(request)
+    key = token_failures_key(address)
     window = int(settings.AXES_COOLOFF_TIME.total_seconds())
     if cache.get(key, 0) >= settings.AXES_FAILURE_LIMIT:
         cache.touch(key, window)
         audit.record_refusal(
-            actor=Actor("address", client_address(request)),
+            actor=Actor("address", address),
             action="api.authenticate",
             target=request.path[: audit.SHORT_TEXT],
             reason="locked out: too many unknown tokens from this address",

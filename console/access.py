@@ -99,6 +99,13 @@ def requires_fresh_code(view: View) -> View:
     return checked
 
 
+def second_factor_url(*, next_page: str, again: bool) -> str:
+    """The second factor's page, going on to `next_page` once a code is typed
+    (`again`: asked of a session that proved it before, for a fresh code)."""
+    query = {"next": next_page, **({"again": "1"} if again else {})}
+    return f"{reverse('second-factor')}?{urlencode(query)}"
+
+
 def fresh_code_form(request: HttpRequest) -> HttpResponse:
     """403 with a form asking for a fresh code (in place, for htmx; else the second
     factor's page, which comes back here)."""
@@ -107,7 +114,6 @@ def fresh_code_form(request: HttpRequest) -> HttpResponse:
         # pressed again there.
         back = urlsplit(request.META.get("HTTP_REFERER", ""))
         same_site = back.netloc == request.get_host()
-        query = urlencode({"again": "1", "next": back.path if same_site else "/"})
-        return redirect(f"{reverse('second-factor')}?{query}")
+        return redirect(second_factor_url(next_page=back.path if same_site else "/", again=True))
     context = {"fresh_min": settings.SECOND_FACTOR_FRESH_MIN}
     return render(request, "console/second_factor.html#again", context, status=403)

@@ -6,13 +6,11 @@ from __future__ import annotations
 from django.db import DatabaseError, connections
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
-from django.urls import reverse
-from django.utils.http import urlencode
 from django_htmx.http import HttpResponseClientRedirect
 
 from broker.errors import InvalidInput
 from broker.inputs import INVISIBLE, check_text, reveal_invisible
-from console.access import has_fresh_code, lacks_second_factor
+from console.access import has_fresh_code, lacks_second_factor, second_factor_url
 
 API_PREFIX = "/api/"  # the API refuses such input itself, as JSON
 
@@ -137,8 +135,6 @@ def _second_factor_refusal(request: HttpRequest) -> HttpResponse | None:
 
 def _to_second_factor(request: HttpRequest, *, again: bool) -> HttpResponse:
     """To the second factor's page, coming back here (a GET) once it is proved."""
-    query = {"next": request.get_full_path() if request.method == "GET" else request.path}
-    if again:
-        query["again"] = "1"
-    url = f"{reverse('second-factor')}?{urlencode(query)}"
+    back = request.get_full_path() if request.method == "GET" else request.path
+    url = second_factor_url(next_page=back, again=again)
     return HttpResponseClientRedirect(url) if request.htmx else redirect(url)

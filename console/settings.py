@@ -141,7 +141,7 @@ LOGIN_URL = "login"
 
 # Password guessing (django-axes): this many failed logins for one username, or from one
 # address, within LOGIN_COOLOFF_MIN minutes lock that username or address out until
-# that long after its last failure; an admin lifts a lockout on the Lockouts page.
+# that long after its last failure; an admin lifts a lockout on the Sign-in page.
 AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 10, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_COOLOFF_MIN", 15, minimum=1))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]

@@ -115,7 +115,8 @@ def _operator_rows(query: TokenQuery) -> QuerySet:
 
 def _as_rows(tokens: QuerySet, *, kind: str, holder, label) -> QuerySet:
     """Both kinds with the same columns in the same order (a UNION needs them so):
-    every column an annotation, selected in the order of COLUMNS."""
+    every column an annotation (named apart from the models' fields, which an
+    annotation may not shadow), selected in the order written here."""
     text = CharField()
     columns = {
         "kind": Value(kind, output_field=text),

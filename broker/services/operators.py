@@ -80,15 +80,19 @@ RECOVERY_CODES = 10
 def enrolment_device(*, user) -> TOTPDevice:
     """The authenticator `user` is enrolling: unconfirmed until a code from it is
     typed (made on first call, the same one after)."""
-    device = TOTPDevice.objects.filter(user=user, confirmed=False).first()
+    device = _device_being_enrolled(user)
     return device or TOTPDevice.objects.create(user=user, name=AUTHENTICATOR, confirmed=False)
+
+
+def _device_being_enrolled(user) -> TOTPDevice | None:
+    return TOTPDevice.objects.filter(user=user, confirmed=False).first()
 
 
 def confirm_enrolment(*, user, code: str, actor: Actor) -> tuple[TOTPDevice, list[str]]:
     """Confirm the authenticator being enrolled with a code it shows; it replaces any
     earlier one, with new recovery codes (returned this once). AuthenticationFailed if
     the code does not match (audited)."""
-    device = TOTPDevice.objects.filter(user=user, confirmed=False).first()
+    device = _device_being_enrolled(user)
     if device is None or not device.verify_token(code.strip()):
         _refuse_code(user, actor, "the code does not match the authenticator being enrolled")
     with transaction.atomic():

@@ -149,5 +149,5 @@ def test_the_admin_sees_who_enrolled_a_second_factor_and_resets_a_lost_one(clien
         {"username": "paula"},
         HTTP_REFERER="http://testserver/lockouts/",
     )
-    assert stale.url == "/account/second-factor/?again=1&next=%2Flockouts%2F"
+    assert stale.url == "/account/second-factor/?next=%2Flockouts%2F&again=1"
     assert TOTPDevice.objects.filter(user__username="paula").exists()
