@@ -29,9 +29,22 @@ STABLE_AFTER_S = 60.0
 DRAIN_TIMEOUT_S = 1.0
 
 
+# The output pumps and the launcher write from several threads: each line goes out whole,
+# under this lock (print() writes the text and its newline separately, so another
+# thread's line could land between them).
+_OUTPUT_LOCK = threading.Lock()
+
+
+def write_line(line: str) -> None:
+    """One whole line on standard output, never interleaved with another thread's."""
+    with _OUTPUT_LOCK:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
 def say(message: str) -> None:
     """One line of the launcher's own log."""
-    print(f"[launcher] {message}", flush=True)
+    write_line(f"[launcher] {message}")
 
 
 def _find_prctl():
@@ -279,8 +292,7 @@ def _pump(name: str, process: subprocess.Popen) -> None:
     """Copy a child's output to ours, each line prefixed with the child's name."""
     for raw in iter(process.stdout.readline, b""):
         line = raw.decode(errors="replace").rstrip()
-        sys.stdout.write(f"[{name}] {line}\n")
-        sys.stdout.flush()
+        write_line(f"[{name}] {line}")
     process.stdout.close()
 
 
