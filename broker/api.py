@@ -274,6 +274,11 @@ class EventIn(Schema):
     idempotency_key: str | None = Field(
         None, json_schema_extra={"pattern": events.IDEMPOTENCY_KEY.pattern}
     )
+    # A signed event (docs/security.md, "Signed events"): its id, chosen by the
+    # sender, the signing time in Unix seconds, and the Ed25519 signature in base64.
+    id: UUID | None = None
+    signed_at: StrictInt | None = None
+    signature: str | None = None
 
 
 class PublishedOut(Schema):
@@ -326,6 +331,11 @@ def publish(request: HttpRequest, payload: EventIn):
     first event is returned and nothing is published again."""
     fields = payload.dict()
     fields["idempotency_key"] = _idempotency_key(request, fields["idempotency_key"])
+    fields["signed"] = events.sender_signature(
+        event_id=fields.pop("id"),
+        signed_at=fields.pop("signed_at"),
+        signature=fields.pop("signature"),
+    )
     event = events.publish_event(
         sender=request.auth, actor=Actor("client", request.auth.name), **fields
     )

@@ -12,6 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from broker.models import AttributeValue, Authority, Client
+from broker.seals import seal_attestations
 
 # One statement for any number of clients: the same values for each listed client, an
 # upsert on the one value per client and attribute. SQL rather than bulk_create, which
@@ -28,7 +29,7 @@ CROSS JOIN jsonb_each(%(values)s::jsonb) AS given
 ON CONFLICT (client_id, name) DO UPDATE SET
     value = EXCLUDED.value, source = EXCLUDED.source, authority_id = EXCLUDED.authority_id,
     set_at = EXCLUDED.set_at, expires_at = EXCLUDED.expires_at, revoked_at = NULL,
-    revoked_by = ''
+    revoked_by = '', seal = NULL
 """
 
 
@@ -55,7 +56,8 @@ def write_values_of_clients(
     expires_at: datetime | None = None,
 ) -> None:
     """Set the same values, with their provenance, on every listed client, in one
-    statement whatever their number."""
+    statement whatever their number; an authority's are signed for each client if the
+    console holds its key (broker.seals)."""
     parameters = {
         "clients": list(client_ids),
         "values": json.dumps(dict(values)),
@@ -66,6 +68,8 @@ def write_values_of_clients(
     }
     with connection.cursor() as cursor:
         cursor.execute(UPSERT_VALUES, parameters)
+    if authority is not None:
+        seal_attestations(authority=authority, client_ids=parameters["clients"])
 
 
 def printable(values: Any) -> Any:

@@ -38,6 +38,7 @@ from broker.protocol import Request
 from broker.push.to_agents import MESSAGE_TYPE as PUSH_TYPE
 from broker.push.to_agents import client_group
 from broker.reads.deliveries import deliveries_to_replay, last_position_of
+from broker.seals import SealCache, stored_seal
 from broker.services import agents, presence
 from broker.services.deliveries import (
     Answer,
@@ -45,6 +46,7 @@ from broker.services.deliveries import (
     acknowledge_deliveries,
     confirm_receipts,
 )
+from broker.services.events import sender_signature
 
 # How often a thread of the pool checks its database connection (a round trip) before
 # using it. Channels checks before every call: a second round trip for most requests.
@@ -77,6 +79,8 @@ def _drop_failed_connections() -> None:
 # Database work runs in a thread pool: Channels' default (one thread for every
 # consumer of the process) would queue a whole fleet behind each query.
 in_thread = partial(_DatabaseWork, thread_sensitive=False)
+# The seals of recent events, for the live pushes of this process's sockets.
+_seals = SealCache()
 # What a send to a socket that is closing raises: Daphne's (autobahn's) own error, and
 # the OSError that the ASGI specification asks of servers.
 SOCKET_CLOSED = (Disconnected, OSError)
@@ -338,6 +342,11 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 "idempotency_key", str, "a key of at most 128 characters", None
             ),
             actor=self.actor,
+            signed=sender_signature(
+                event_id=request.optional("id", str, "the event's UUID", None),
+                signed_at=request.optional("signed_at", int, "whole Unix seconds", None),
+                signature=request.optional("signature", str, "a signature in base64", None),
+            ),
         )
         return {"type": "published", **event}
 
@@ -453,6 +462,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
         await self.close(code=protocol.CLOSE_REVOKED)
 
     async def _notify(self, item: dict, *, replay: bool) -> None:
+        if "seal" not in item:  # a live push: the seal is read here, once per event
+            item = {**item, "seal": await _seals.seal_of(item["event"], in_thread(stored_seal))}
         await self._send({"type": "notification", **item, "replay": replay})
 
 

@@ -127,6 +127,9 @@ class Client(models.Model):
     )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The public half of the key the client signs its events with (`ed25519:BASE64`,
+    # sn_agent.signatures); authorities' signed attestations bind it. Empty: unsigned.
+    signing_key = models.CharField(max_length=64, blank=True, default="", db_default="")
 
     class Meta:
         permissions = [
@@ -201,6 +204,9 @@ class AttributeValue(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     revoked_by = models.CharField(max_length=200, blank=True, db_default="")  # an audit actor
+    # The authority's signed attestation of this value for the client's signing key
+    # (sn_agent.signatures.attestation_body and its signature); null: not signed.
+    seal = models.JSONField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -366,6 +372,9 @@ class Event(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="resends"
     )
     recipients = ArrayField(models.BigIntegerField(), null=True, blank=True)
+    # The sender's signature and the signed attestations of its attributes, as agents
+    # verify them (sn_agent.signatures.SEAL_FIELDS); null: the event is not signed.
+    seal = models.JSONField(null=True, blank=True)
     txid = last_writer_txid()
 
     class Meta:

@@ -300,6 +300,14 @@ TREE_CONSUMER_THREADS = env_int("TREE_CONSUMER_THREADS", 3, minimum=1)
 # sooner after a change (the tests run with 50 ms).
 TREE_FRESH_FOR_MS = env_int("TREE_FRESH_FOR_MS", 500, minimum=10)
 
+# Signing (docs/security.md, "Signed events"): the private keys of the senders the
+# console sends for (`senders/NAME.pem`) and of the authorities whose officers attest
+# from its Trust page (`authorities/NAME.pem`), on the web hosts, outside the database.
+# Empty: the console signs nothing, and agents that verify refuse its events.
+SIGNING_KEYS_DIR = env_str("SIGNING_KEYS_DIR", "")
+if SIGNING_KEYS_DIR and not Path(SIGNING_KEYS_DIR).is_dir():
+    raise ConfigurationError(f"SIGNING_KEYS_DIR is not a folder: {SIGNING_KEYS_DIR!r}.")
+
 # Reports (docs/reports.md). Spark runs in this process's JVM unless a master URL is set;
 # on a cluster, REPORTS_DATASET must be a path every executor sees.
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")

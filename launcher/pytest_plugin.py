@@ -79,6 +79,15 @@ def provide_test_environment(env) -> None:
         _servers.provide(env)  # starts what is missing and sets its URL in `env`
     if env.get(XDIST_WORKER):  # one of several processes running the tests (pytest -n N)
         keep_apart(env, env[XDIST_WORKER])
+    env.setdefault("SIGNING_KEYS_DIR", str(signing_keys_dir(env.get(XDIST_WORKER, "main"))))
+
+
+def signing_keys_dir(process: str) -> Path:
+    """The folder of the console's signing keys for one test process (its web server
+    and worker read the same): tests of other processes make keys of the same names."""
+    folder = TEST_DATA / "signing-keys" / process
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
 
 
 def keep_apart(env, worker: str) -> None:

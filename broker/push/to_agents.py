@@ -42,9 +42,13 @@ class Pushed:
     channel: str
     sequence: int
     content: dict[str, Any]
+    # The event's seal (broker.seals), when it was read with the delivery (a replay).
+    # A live push leaves it out: the receiving process adds it, read once per event.
+    seal: dict[str, Any] | None = None
+    seal_read: bool = False
 
     def as_message(self) -> dict[str, Any]:
-        return {
+        message = {
             "delivery": self.delivery_id,
             "position": self.position,
             "event": self.event_id,
@@ -53,6 +57,9 @@ class Pushed:
             "sequence": self.sequence,
             "content": self.content,
         }
+        if self.seal_read:
+            message["seal"] = self.seal
+        return message
 
 
 def client_group(client_id: int) -> str:

@@ -89,10 +89,11 @@ class CompiledQuery:
 
 @cache
 def attested_attributes_sql() -> CompiledQuery:
-    """`attested_attributes` as SQL selecting (name, value), for statements that read
+    """`attested_attributes` as SQL selecting (name, value, seal), for statements that read
     them in passing (publishing): its runs give %(client)s (an id) and %(now)s."""
     client, now = _PROBES
-    sql, params = _attested_values(client, now=now).values("name", "value").query.sql_with_params()
+    query = _attested_values(client, now=now).values("name", "value", "seal").query
+    sql, params = query.sql_with_params()
     names = [_PROBES.get(param, f"attested_{index}") for index, param in enumerate(params)]
     if sorted(set(_PROBES.values()) & set(names)) != ["client", "now"]:
         raise RuntimeError(f"attested_attributes compiles with parameters {params!r}")

@@ -43,7 +43,8 @@ def deliveries_to_replay(
 UNANSWERED = (Delivery.State.PENDING, Delivery.State.DELIVERED)
 
 
-REPLAY_FIELDS = ("pk", "position", "event_id", "sender_id", "channel", "sequence", "event__content")
+REPLAY_FIELDS = ("pk", "position", "event_id", "sender_id", "channel", "sequence")
+REPLAY_FIELDS += ("event__content", "event__seal")
 
 
 def _notification(client: Client, row: dict) -> dict:
@@ -56,6 +57,8 @@ def _notification(client: Client, row: dict) -> dict:
         channel=row["channel"],
         sequence=row["sequence"],
         content=row["event__content"],
+        seal=row["event__seal"],
+        seal_read=True,
     ).as_message()
 
 

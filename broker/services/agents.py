@@ -17,7 +17,7 @@ from broker.errors import InvalidInput
 from broker.models import Client
 from broker.reads.deliveries import deliveries_to_replay, last_position_of, position_after_delivery
 from broker.services.clients import authenticate_client, state_attributes
-from broker.services.events import publish_event
+from broker.services.events import SenderSignature, publish_event
 from broker.services.policies import set_policy
 
 
@@ -110,6 +110,7 @@ def publish(
     channel: str,
     idempotency_key: str | None,
     actor: Actor,
+    signed: SenderSignature | None = None,
 ) -> dict:
     """Publish as the agent; return the event's id, channel and sequence number."""
     event = publish_event(
@@ -120,5 +121,6 @@ def publish(
         channel=channel,
         idempotency_key=idempotency_key,
         actor=actor,
+        signed=signed,
     )
     return {"event": str(event.pk), "channel": event.channel, "sequence": event.sequence}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import uuid
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from broker import audit
+from broker import audit, seals
 from broker.attributes import check_value
 from broker.audit import Actor
 from broker.dispatch.entry import route_published
@@ -57,6 +58,8 @@ def publish_event(
     actor: Actor | None = None,
     recipients: list[int] | None = None,
     resend_of: Event | None = None,
+    signed: SenderSignature | None = None,
+    console_signs: bool = False,
 ) -> Event:
     """Accept an event from `sender` and route it after commit.
 
@@ -66,6 +69,11 @@ def publish_event(
     published with it is returned (a retry after a lost answer must not send twice).
     `recipients` limits who may receive it to those clients (a resend to the receivers
     that did not answer `resend_of`).
+
+    An event is signed (broker.seals) by its sender (`signed`: the id, time and
+    signature the sender chose, checked here), or by the console for an operator's
+    send if it holds the sender's key (`console_signs`); else it goes unsigned, and
+    agents that verify refuse it.
     """
     actor = actor or Actor("client", sender.name)
     audited = partial(
@@ -87,13 +95,15 @@ def publish_event(
             key = _checked_key(idempotency_key)
             request = PublishRequest(dict(content), selector.strip(), lifetime_s, channel)
             earlier = _earlier_event(sender, key, request)
+            if earlier is None:
+                sealed = _sealed(sender, request, signed, console_signs)
         if earlier is not None:
             return earlier
         # The last attempt is checked against the vocabulary read just before it, without
         # the statement comparing stamps: a vocabulary that keeps moving (models or event
         # attributes declared all the time) must not stop publishing.
         checked = stamp if attempt < VOCABULARY_ATTEMPTS else None
-        event = _publish_or_earlier(sender, request, key, origin, checked, audited)
+        event = _publish_or_earlier(sender, request, key, origin, checked, audited, sealed)
         if event is not None:
             return event
         # Declarations changed since `words` was read: check the event again.
@@ -101,16 +111,85 @@ def publish_event(
         attempt += 1
 
 
-def _publish_or_earlier(sender, request, key, origin, stamp, audited) -> Event | None:
+def _publish_or_earlier(sender, request, key, origin, stamp, audited, sealed) -> Event | None:
     try:
-        return _publish(sender, request, key, origin, stamp)
+        return _publish(sender, request, key, origin, stamp, sealed)
     except IntegrityError:
         # Another publish with the same key committed in between: it wins.
         with audited():
             earlier = _earlier_event(sender, key, request)
+            if earlier is None and Event.objects.filter(pk=sealed.event_id).exists():
+                raise _id_taken(sealed.event_id) from None
         if earlier is None:
             raise
         return earlier
+
+
+@dataclass(frozen=True)
+class SenderSignature:
+    """What a sender that signs its events sends with one (sn_agent.signatures)."""
+
+    event_id: Any
+    signed_at: Any
+    signature: Any
+
+
+def sender_signature(*, event_id: Any, signed_at: Any, signature: Any) -> SenderSignature | None:
+    """What a publish brings of its sender's signature: all three, or none."""
+    given = {"id": event_id, "signed_at": signed_at, "signature": signature}
+    if all(value is None for value in given.values()):
+        return None
+    missing = [name for name, value in given.items() if value is None]
+    if missing:
+        raise InvalidInput(
+            f"a signed event gives id, signed_at and signature; {missing[0]} is missing",
+            field=missing[0],
+        )
+    return SenderSignature(event_id, signed_at, signature)
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """The id an event gets, and its seal (None: not signed)."""
+
+    event_id: str
+    seal: dict | None
+
+
+def _sealed(
+    sender: Client, request: PublishRequest, signed: SenderSignature | None, console_signs: bool
+) -> Sealed:
+    if signed is None:
+        event_id = str(uuid.uuid4())
+        if not console_signs:
+            return Sealed(event_id, None)
+        now = timezone.now()
+        seal = seals.console_seal(event_id=event_id, sender=sender, request=request, now=now)
+        return Sealed(event_id, seal)
+    event_id = _checked_event_id(signed.event_id)
+    seal = seals.sender_seal(
+        event_id=event_id,
+        sender=sender,
+        request=request,
+        signed_at=signed.signed_at,
+        signature=signed.signature,
+    )
+    return Sealed(event_id, seal)
+
+
+def _checked_event_id(event_id: Any) -> str:
+    """A signed event's id, chosen by its sender: a UUID not used before."""
+    try:
+        checked = str(uuid.UUID(str(event_id)))
+    except ValueError:
+        raise InvalidInput("id is the event's UUID, chosen by the sender", field="id") from None
+    if Event.objects.filter(pk=checked).exists():
+        raise _id_taken(checked)
+    return checked
+
+
+def _id_taken(event_id: str) -> InvalidInput:
+    return InvalidInput(f"an event with id {event_id} was published already", field="id")
 
 
 @dataclass(frozen=True)
@@ -133,14 +212,19 @@ class Origin:
 
 
 def _publish(
-    sender: Client, request: PublishRequest, key: str, origin: Origin, stamp: tuple | None
+    sender: Client,
+    request: PublishRequest,
+    key: str,
+    origin: Origin,
+    stamp: tuple | None,
+    sealed: Sealed,
 ) -> Event | None:
     """Insert and route the event; None if the vocabulary moved from `stamp` (None:
     not compared)."""
     # Inside a caller's transaction, a savepoint: a failure (a repeated key) must leave
     # that transaction usable. Alone, the one statement is its own transaction.
     with transaction.atomic() if connection.in_atomic_block else nullcontext():
-        event = _insert_event(sender, request, key, origin, stamp)
+        event = _insert_event(sender, request, key, origin, stamp, sealed)
         if event is None:
             return None
         # The first hop is sent once the event commits; should it be lost, the sweep
@@ -288,19 +372,22 @@ WITH unchanged AS (
     DO UPDATE SET last_sequence = broker_channelcursor.last_sequence + 1
     RETURNING last_sequence
 ), attested AS (
-    SELECT coalesce(jsonb_object_agg(live.name, live.value), '{{}}') AS attributes
+    SELECT coalesce(jsonb_object_agg(live.name, live.value), '{{}}') AS attributes,
+        coalesce(jsonb_agg(live.seal) FILTER (WHERE live.seal IS NOT NULL), '[]')
+            AS attestations
     FROM ({attested}) AS live
 )
 INSERT INTO broker_event (
     id, sender_id, channel, sequence, content, selector, sender_attributes, lifetime_s,
-    published_at, expires_at, idempotency_key, sent_by, resend_of_id, recipients
+    published_at, expires_at, idempotency_key, sent_by, resend_of_id, recipients, seal
 )
 SELECT %(id)s::uuid, %(sender)s::bigint, %(channel)s::text, numbered.last_sequence,
     %(content)s::jsonb, %(selector)s::text, attested.attributes, %(lifetime_s)s::integer,
     %(published_at)s::timestamptz, %(expires_at)s::timestamptz, %(idempotency_key)s::text,
-    %(sent_by)s::text, %(resend_of)s::uuid, %(recipients)s::bigint[]
+    %(sent_by)s::text, %(resend_of)s::uuid, %(recipients)s::bigint[],
+    %(seal)s::jsonb || jsonb_build_object('attestations', attested.attestations)
 FROM numbered, attested
-RETURNING sequence, sender_attributes, txid
+RETURNING sequence, sender_attributes, seal, txid
 """
 # How many times an event is checked again because the vocabulary moved meanwhile.
 VOCABULARY_ATTEMPTS = 5
@@ -314,11 +401,18 @@ def _publish_sql() -> str:
 
 
 def _insert_event(
-    sender: Client, request: PublishRequest, key: str, origin: Origin, stamp: tuple | None
+    sender: Client,
+    request: PublishRequest,
+    key: str,
+    origin: Origin,
+    stamp: tuple | None,
+    sealed: Sealed,
 ) -> Event | None:
     """Insert the event in one statement; None if the vocabulary moved from `stamp`."""
     now = timezone.now()
     event = Event(
+        id=uuid.UUID(sealed.event_id),
+        seal=sealed.seal,
         sender=sender,
         channel=request.channel,
         content=request.content,
@@ -337,8 +431,9 @@ def _insert_event(
         row = cursor.fetchone()
     if row is None:
         return None
-    event.sequence, attributes, event.txid = row
+    event.sequence, attributes, seal, event.txid = row
     event.sender_attributes = json.loads(attributes)  # Django reads jsonb as text
+    event.seal = None if seal is None else json.loads(seal)
     event._state.adding, event._state.db = False, connection.alias
     return event
 
@@ -362,4 +457,5 @@ def _publish_params(event: Event, stamp: tuple | None) -> dict[str, Any]:
         "sent_by": event.sent_by,
         "resend_of": event.resend_of_id,
         "recipients": event.recipients,
+        "seal": None if event.seal is None else Jsonb(event.seal),
     }

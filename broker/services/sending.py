@@ -97,6 +97,7 @@ def send_as(
             actor=actor,
             recipients=draft.recipients,
             resend_of=draft.resend_of,
+            console_signs=True,
         )
         _record_send(actor, event, reach, confirmed_count)
     return event

@@ -33,6 +33,7 @@ from broker.inputs import check_decoded, check_text
 from broker.models import AttributeValue, Authority, Client
 from broker.reads.clients import declared_types_by_model, live_values_of, model_names
 from broker.reads.trust import capabilities_by_model, granted_client_ids, values_attested_by
+from broker.seals import seal_attestations
 from broker.services.authorities import check_expiry
 
 ATTEST, RENEW, REVOKE = "attest", "renew", "revoke"
@@ -276,6 +277,7 @@ def renew_for_clients(
             _check_active(_locked(authority))
         plan = _renewal_plan(authority, clients, names, expires_at, lock=True)
         _attested_rows(authority, plan).update(expires_at=expires_at)
+        seal_attestations(authority=authority, client_ids=[c.client_id for c in plan.accepted])
         _record(plan, actor, clients, names=names)
     return plan
 

@@ -19,11 +19,14 @@ import inspect
 import itertools
 import json
 import logging
+import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Tuple, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Tuple, Union
 
 import websockets
 from websockets.exceptions import ConnectionClosed, WebSocketException
+
+from sn_agent import signatures
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +88,8 @@ class Notification:
     content: dict[str, Any]
     position: int = 0
     replay: bool = False
+    # The sender's signature and the attestations of its attributes (sn_agent.signatures).
+    seal: Optional[Dict[str, Any]] = None
 
     @classmethod
     def from_frame(cls, frame: dict) -> Notification:
@@ -252,15 +257,34 @@ class Agent:
         lifetime_s: int = 60,
         channel: str = "default",
         idempotency_key: str | None = None,
+        signing_key=None,
     ) -> dict:
         """Publish an event; return {event, channel, sequence}. With an
         `idempotency_key`, publishing again (say after a lost answer) returns the
-        first event instead of publishing a second one."""
+        first event instead of publishing a second one. With a `signing_key` (an
+        Ed25519 private key), the event is signed as this client
+        (sn_agent.signatures): agents that verify act only on signed events."""
         frame = {"type": "publish", "content": content, "selector": selector}
         frame.update(lifetime_s=lifetime_s, channel=channel)
         if idempotency_key is not None:
             frame["idempotency_key"] = idempotency_key
+        if signing_key is not None:
+            frame.update(self._signed(signing_key, frame))
         return await self.request(frame)
+
+    def _signed(self, signing_key, frame: dict) -> dict:
+        sender = (self.welcome or {}).get("client")
+        if not sender:
+            raise AgentError({"code": "not_logged_in", "message": "log in before signing"})
+        return signatures.signed_publish(
+            signing_key,
+            sender=sender,
+            content=frame["content"],
+            selector=frame["selector"],
+            channel=frame["channel"],
+            lifetime_s=frame["lifetime_s"],
+            now=time.time(),
+        )
 
     async def ack(self, delivery: int, status: str = "ok", result: dict | None = None) -> None:
         """Report what became of a delivery (a command's exit status and output)."""

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
+from sn_agent import signatures
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.9 and 3.10
@@ -21,7 +23,8 @@ else:  # pragma: no cover - Python 3.9 and 3.10
 
 ATTRIBUTE_TYPES = ("string", "int", "float", "bool", "version")
 TOP_LEVEL_KEYS = ("url", "token_file", "state_dir", "policy_file", "attributes", "providers")
-TOP_LEVEL_KEYS += ("actions", "answer_without_action")
+TOP_LEVEL_KEYS += ("actions", "answer_without_action", "trust")
+TRUST_KEYS = ("authorities",)
 PROVIDER_KEYS = ("command", "file", "interval_s", "type", "field", "timeout_s")
 ACTION_KEYS = ("command", "timeout_s", "user", "cwd", "env", "idempotent")
 DEFAULT_ACTION_TIMEOUT_S = 60.0
@@ -78,6 +81,15 @@ class Config:
     actions: Dict[str, Action] = field(default_factory=dict)
     # A notification without an action is confirmed; with this, also answered `ok`.
     answer_without_action: bool = False
+    # [trust]: the authorities whose attestations this agent believes, each with its
+    # public keys (sn_agent.signatures). Set, the agent acts only on events whose
+    # sender's signature and attestations hold; None: it checks no signature.
+    authorities: Optional[Dict[str, Tuple[str, ...]]] = None
+
+    @property
+    def verifies(self) -> bool:
+        """Whether notifications must carry a seal that holds before anything is run."""
+        return self.authorities is not None
 
     def token(self) -> str:
         """The token, read from `token_file` (checked again: it may have changed)."""
@@ -120,6 +132,7 @@ def from_dict(data: dict, *, source: Path) -> Config:
         providers=providers(table(data, "providers", ""), base),
         actions=actions(table(data, "actions", ""), base),
         answer_without_action=flag(data, "answer_without_action", ""),
+        authorities=trusted_authorities(data),
     )
     shared = sorted(set(config.attributes) & set(config.providers))
     if shared:
@@ -215,6 +228,30 @@ def static_attributes(values: dict) -> dict:
             continue
         raise ConfigError(f"attributes.{name}", "expected a string, number or true/false")
     return dict(values)
+
+
+def trusted_authorities(data: dict) -> Optional[Dict[str, Tuple[str, ...]]]:
+    """[trust] authorities = { NAME = ["ed25519:...", ...] }, each key checked."""
+    if "trust" not in data:
+        return None
+    spec = checked_table(data["trust"], TRUST_KEYS, "trust")
+    given = spec.get("authorities")
+    if not isinstance(given, dict) or not given:
+        raise ConfigError(
+            "trust.authorities",
+            'expected a table of authorities and their keys: { inventory = ["ed25519:..."] }',
+        )
+    return {name: authority_keys(name, keys) for name, keys in given.items()}
+
+
+def authority_keys(name: str, keys: Any) -> Tuple[str, ...]:
+    where = f"trust.authorities.{name}"
+    if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
+        raise ConfigError(where, "expected a list of public keys (several while one rotates)")
+    try:
+        return signatures.trusted_keys(keys)
+    except ValueError as error:
+        raise ConfigError(where, str(error)) from None
 
 
 def providers(tables: dict, base: Path) -> dict:

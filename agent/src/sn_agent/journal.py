@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS deliveries (
     done_at REAL
 );
 CREATE TABLE IF NOT EXISTS facts (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS deliveries_by_event ON deliveries (event);
 """
 
 
@@ -121,6 +122,15 @@ class Journal:
     def answered(self, position: int) -> None:
         """The server has this delivery's answer."""
         self.db.execute("UPDATE deliveries SET answered = 1 WHERE position = ?", (position,))
+
+    def earlier_position_of(self, event: str, position: int) -> Optional[int]:
+        """The position at which this event was handed over before, if it was (an
+        event delivered again under another position is not acted on twice)."""
+        row = self.db.execute(
+            "SELECT position FROM deliveries WHERE event = ? AND position != ? LIMIT 1",
+            (event, position),
+        ).fetchone()
+        return row[0] if row else None
 
     def unfinished(self) -> List[Entry]:
         """Deliveries whose action started and whose outcome is not written down."""

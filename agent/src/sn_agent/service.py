@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from sn_agent import actions, providers
+from sn_agent import actions, providers, signatures
 from sn_agent.client import Agent, AgentError, Notification
 from sn_agent.config import Config, ConfigError, load
 from sn_agent.journal import Journal
@@ -203,6 +203,13 @@ class AgentService:
         content = notification.content if isinstance(notification.content, dict) else {}
         name = content.get("action")
         emit("notification", **_described(notification), action=name)
+        refusal = self._refusal(notification, content)
+        if refusal is not None:
+            emit("refused", position=notification.position, reason=refusal)
+            self._started(notification, name if isinstance(name, str) else None)
+            await self._settle(notification.position, notification.delivery,
+                               actions.refused(f"not acted on: {refusal}"))  # fmt: skip
+            return
         if name is None:
             await self._note(notification)
             return
@@ -213,6 +220,28 @@ class AgentService:
         else:
             outcome = await self._run_action(action, notification)
         await self._settle(notification.position, notification.delivery, outcome)
+
+    def _refusal(self, notification: Notification, content: dict) -> Optional[str]:
+        """Why this notification must not be acted on, or None. With [trust], its
+        sender's signature and attestations must hold (docs/security.md): what the
+        console's database or Redis says is not enough."""
+        if not self.config.verifies:
+            return None
+        earlier = self.journal.earlier_position_of(notification.event, notification.position)
+        if earlier is not None:
+            return f"event {notification.event} was handed over before, at position {earlier}"
+        try:
+            signatures.verify_seal(
+                notification.seal,
+                event_id=notification.event,
+                content=content,
+                channel=notification.channel,
+                authorities=self.config.authorities,
+                now=time.time(),
+            )
+        except signatures.SealRefused as error:
+            return str(error)
+        return None
 
     async def _note(self, notification: Notification) -> None:
         """A notification that asks for no action (an alert): written down, and
