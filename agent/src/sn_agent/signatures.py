@@ -166,7 +166,7 @@ def verify_seal(
     `authorities` maps each authority the agent trusts to its public keys (several
     while one rotates). The sender's attributes are those of the attestations that an
     authority of `authorities` signed for this sender and this sender's key, and that
-    had not expired when the event was signed.
+    had not expired when the event was signed; a sender with none is refused.
     """
     seal = _seal_fields(seal)
     envelope = event_envelope(
@@ -183,6 +183,13 @@ def verify_seal(
         raise SealRefused(f"the signature of {seal['sender']} does not hold for this event")
     _check_times(seal, now)
     attributes, set_aside = _attested(seal, authorities)
+    if not attributes:
+        # The signature alone proves only that someone holds the key it names; an
+        # authority's attestation is what ties that key to a sender anyone trusts.
+        why = f" ({set_aside[0]})" if set_aside else ""
+        raise SealRefused(
+            f"no authority this agent trusts attests {seal['sender']} with this key{why}"
+        )
     return Verified(
         sender=seal["sender"],
         selector=seal["selector"],
