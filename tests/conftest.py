@@ -9,6 +9,7 @@ the full tier only (`./test --all`); every other test runs in the fast tier (`./
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -313,3 +314,14 @@ def quiet_tree_before_flush(request):
         from tests.broker.tree_helpers import wait_until_idle
 
         wait_until_idle(timeout_s=60)
+
+
+@pytest.fixture(autouse=True)
+def no_signing_key_left_by_an_earlier_test():
+    """The console's key folder outlives each test's database: a key made by an earlier
+    test would not match the public key of this test's client of the same name."""
+    folder = os.environ.get("SIGNING_KEYS_DIR")
+    if folder:
+        for kind in ("senders", "authorities"):
+            shutil.rmtree(Path(folder) / kind, ignore_errors=True)
+    yield

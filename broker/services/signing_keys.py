@@ -8,12 +8,12 @@ import os
 from pathlib import Path
 
 from django.db import transaction
+from sn_agent import signatures
 
 from broker import audit, seals
 from broker.audit import Actor
 from broker.errors import InvalidInput
 from broker.models import AttributeValue, Authority, Client
-from sn_agent import signatures
 
 
 def set_signing_key(*, client: Client, public_key: str, actor: Actor) -> int:

@@ -17,6 +17,7 @@ from broker.models import Client, Delivery, Event, ReceiverStream
 from broker.push.to_agents import Pushed, push
 from broker.services.events import publish_event
 from broker.services.signing_keys import make_authority_key, make_sender_key
+from demo.scenario import WEB_SERVER_POLICY
 from tests.agent.running_agent import SERVER, wait_answered
 from tests.broker.agent_helpers import ISSUER, wait_for
 
@@ -31,20 +32,22 @@ def verifying_agent(agent, web_server):
     and the national controller's, so that operators' sends to it are signed."""
     scenario, _ = web_server
     authority_key = make_authority_key(authority=scenario.trust_manager, actor=ISSUER)
-    make_sender_key(client=scenario.controllers[SENDER], actor=ISSUER)
-    with open(agent.config, "a") as config:
-        config.write(f'\n[trust]\nauthorities = {{ trust-manager = ["{authority_key}"] }}\n')
+    for sender in (SENDER, "northwest-controller"):
+        make_sender_key(client=scenario.controllers[sender], actor=ISSUER)
+    (agent.folder / "policy").write_text(WEB_SERVER_POLICY)
+    trust = f'[trust]\nauthorities = {{ trust-manager = ["{authority_key}"] }}\n'
+    agent.config.write_text(f'policy_file = "policy"\n{agent.config.read_text()}\n{trust}')
     agent.start()
     return agent
 
 
-def signed_command(web_server, action: str) -> Event:
+def signed_command(web_server, action: str, *, sender=SENDER, to=SERVER) -> Event:
     """A command as an operator's send publishes it: signed by the console."""
     scenario, _ = web_server
     return publish_event(
-        sender=scenario.controllers[SENDER],
+        sender=scenario.controllers[sender],
         content={"kind": "command", "action": action},
-        selector=f'receiver.hostname == "{SERVER}"',
+        selector=f'receiver.hostname == "{to}"',
         lifetime_s=300,
         channel="commands",
         console_signs=True,
@@ -114,6 +117,26 @@ def test_forged_pushes_through_redis_run_nothing(verifying_agent, web_server):
     assert [r["event"] for r in verifying_agent.recorded()] == [str(genuine.pk)]
 
 
+def test_a_genuine_event_delivered_where_its_sender_or_the_policy_did_not_agree_runs_nothing(
+    verifying_agent, web_server
+):
+    # Genuine, signed events: one addressed to the other server, one from a sender this
+    # server's policy does not accept commands from. The console delivers neither here;
+    # whoever writes its database does.
+    elsewhere = signed_command(web_server, "disable-cgi", to="web-00001")
+    refused_sender = signed_command(web_server, "disable-cgi", sender="northwest-controller")
+    wait_for(lambda: Event.objects.filter(routed_at__isnull=False).count() >= 2, "routed")
+    verifying_agent.stop()
+    deliveries = [forged_delivery(elsewhere), forged_delivery(refused_sender)]
+    verifying_agent.start()
+
+    wait_for(lambda: all(answered(d) for d in deliveries), "both were answered")
+    errors = [Delivery.objects.get(pk=d.pk).result["error"] for d in deliveries]
+    assert 'its selector does not select this server: receiver.hostname == "web-00001"' in errors[0]
+    assert "this server's policy does not accept it from northwest-controller" in errors[1]
+    assert verifying_agent.recorded() == []
+
+
 # The attacker's moves --------------------------------------------------------------------
 
 
@@ -144,7 +167,7 @@ def self_signed_seal(genuine: Event, event_id: uuid.UUID) -> dict:
 
 
 def next_position() -> int:
-    stream = ReceiverStream.objects.get(client__name=SERVER)
+    stream, _ = ReceiverStream.objects.get_or_create(client=Client.objects.get(name=SERVER))
     stream.last_position += 1
     stream.save()
     return stream.last_position

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from sn_agent import signatures
+from sn_agent import expressions, signatures
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -95,6 +95,14 @@ class Config:
         """The token, read from `token_file` (checked again: it may have changed)."""
         return read_token(self.token_file)
 
+    def policy_test(self) -> expressions.Test:
+        """The policy, compiled by the agent's own evaluator (ConfigError if it does not
+        parse): what a verifying agent checks each event against."""
+        try:
+            return expressions.policy_test(self.policy() or "")
+        except expressions.ExpressionError as error:
+            raise ConfigError("policy_file", f"not a policy: {error}") from None
+
     def policy(self) -> Optional[str]:
         """The connectivity policy's text, if a policy file is set."""
         if self.policy_file is None:
@@ -134,6 +142,10 @@ def from_dict(data: dict, *, source: Path) -> Config:
         answer_without_action=flag(data, "answer_without_action", ""),
         authorities=trusted_authorities(data),
     )
+    if config.verifies and config.policy_file is None:
+        raise ConfigError(
+            "trust", "an agent that verifies checks events against its own policy: set policy_file"
+        )
     shared = sorted(set(config.attributes) & set(config.providers))
     if shared:
         raise ConfigError(f"providers.{shared[0]}", "is also a static value in [attributes]")
@@ -144,7 +156,10 @@ def check(config: Config) -> list[str]:
     """What `check-config` verifies beyond the file itself: the token is readable and
     private, the policy readable, and each action's program exists. The problems."""
     problems = []
-    for attempt in (config.token, config.policy, lambda: check_programs(config)):
+    checks = [config.token, config.policy, lambda: check_programs(config)]
+    if config.verifies:
+        checks.append(config.policy_test)
+    for attempt in checks:
         try:
             attempt()
         except ConfigError as error:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from sn_agent import actions, providers, signatures
+from sn_agent import actions, expressions, providers, signatures
 from sn_agent.client import Agent, AgentError, Notification
 from sn_agent.config import Config, ConfigError, load
 from sn_agent.journal import Journal
@@ -59,6 +59,8 @@ class AgentService:
         self.handled = 0
         self._main: Optional[asyncio.Task] = None
         self._reloading: Optional[asyncio.Future] = None
+        # What a verifying agent checks events against (compiled once per configuration).
+        self.policy_test = config.policy_test() if config.verifies else None
 
     # Life ---------------------------------------------------------------------------
 
@@ -120,10 +122,11 @@ class AgentService:
         try:
             config = load(self.config.source)
             config.token()
+            policy_test = config.policy_test() if config.verifies else None
         except ConfigError as error:
             emit("reload_refused", error=str(error))
             return
-        self.config = config
+        self.config, self.policy_test = config, policy_test
         if self.agent is None:  # not connected yet: it will use the new one
             emit("reloaded", reconnecting=False)
             return
@@ -231,7 +234,7 @@ class AgentService:
         if earlier is not None:
             return f"event {notification.event} was handed over before, at position {earlier}"
         try:
-            signatures.verify_seal(
+            verified = signatures.verify_seal(
                 notification.seal,
                 event_id=notification.event,
                 content=content,
@@ -241,6 +244,22 @@ class AgentService:
             )
         except signatures.SealRefused as error:
             return str(error)
+        return self._disagreement(verified, content)
+
+    def _disagreement(self, verified: signatures.Verified, content: dict) -> Optional[str]:
+        """Whether the event's selector and this server's policy agree, as the agent
+        reads them (sn_agent.expressions). A selector that names what authorities
+        attest of this server, which it does not know, is not held against it."""
+        own = expressions.Partly({**self.config.attributes, **self.measured})
+        try:
+            selected = expressions.selector_test(verified.selector)({"receiver": own})
+        except expressions.ExpressionError as error:
+            return f"its selector does not parse here: {error}"
+        if selected is False:
+            return f"its selector does not select this server: {verified.selector[:200]}"
+        scopes = {"sender": verified.sender_attributes, "event": content}
+        if not self.policy_test(scopes):
+            return f"this server's policy does not accept it from {verified.sender}"
         return None
 
     async def _note(self, notification: Notification) -> None:
