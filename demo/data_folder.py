@@ -12,7 +12,8 @@ from pathlib import Path
 
 FILE_NAME = "environment"
 KEYS_FILE_NAME = "keys.json"
-SHARED_VARIABLES = ("SECRET_KEY", "DATABASE_URL", "REDIS_URL")
+SHARED_VARIABLES = ("SECRET_KEY", "DATABASE_URL", "REDIS_URL", "SIGNING_KEYS_DIR")
+SIGNING_KEYS_FOLDER = "signing-keys"
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -23,8 +24,15 @@ def default_data_dir() -> Path:
 
 def write_demo_settings(data_dir: Path, env: dict[str, str]) -> Path:
     """Write the settings the processes of this run use; return the file."""
-    text = "".join(f"{name}={env[name]}\n" for name in SHARED_VARIABLES)
+    text = "".join(f"{name}={env[name]}\n" for name in SHARED_VARIABLES if name in env)
     return write_private(data_dir / FILE_NAME, text)  # it holds the secret key
+
+
+def signing_keys_dir(data_dir: Path) -> Path:
+    """Where the demo's console keeps its signing keys (SIGNING_KEYS_DIR), made private."""
+    folder = data_dir / SIGNING_KEYS_FOLDER
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
 
 
 def demo_keys_file(data_dir: Path | None = None) -> Path:

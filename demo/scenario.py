@@ -9,10 +9,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from sn_agent.signatures import public_key_text
 
-from broker import audit
+from broker import audit, seals
 from broker.attributes import check_values
 from broker.audit import Actor
 from broker.credentials import key_digest, new_secret
@@ -34,10 +36,12 @@ from broker.services.clients import (
 )
 from broker.services.event_attributes import EventAttributeSpec, declare_event_attributes
 from broker.services.policies import canonical_policy, set_policy
+from broker.services.signing_keys import make_authority_key, make_sender_key
 from broker.services.tree import spread_over_leaves
 from demo.bulk import copy_rows
 
 SETUP = Actor("system", "scenario")
+TRUST_MANAGER = "trust-manager"
 
 WEB_SERVER_POLICY = """\
 # Macrocorp web servers
@@ -194,6 +198,32 @@ def demo_keys(scenario: Scenario) -> dict:
     return {"api": "/api/v1/clients/NAME/attestations", "authorities": authorities}
 
 
+def ensure_signing_keys() -> list[str]:
+    """With SIGNING_KEYS_DIR set (./run sets it), make sure the console holds the trust
+    manager's key and each controller's, so that operators' sends are signed and the
+    demo's fleet, which verifies, acts on them (docs/security.md). What was made."""
+    if not settings.SIGNING_KEYS_DIR:
+        return []
+    made = []
+    trust_manager = Authority.objects.get(name=TRUST_MANAGER)
+    if seals.private_key(seals.AUTHORITIES, trust_manager.name) is None:
+        make_authority_key(authority=trust_manager, actor=SETUP)
+        made.append(trust_manager.name)
+    for controller in Client.objects.filter(name__in=CONTROLLERS).order_by("name"):
+        key = seals.private_key(seals.SENDERS, controller.name)
+        if key is None or public_key_text(key.public_key()) != controller.signing_key:
+            make_sender_key(client=controller, actor=SETUP)
+            made.append(controller.name)
+    return made
+
+
+def trusted_authorities() -> dict[str, list[str]] | None:
+    """The [trust] authorities of the demo's fleet: the trust manager's public key, if
+    the console holds its private key (None: the fleet does not verify)."""
+    key = seals.private_key(seals.AUTHORITIES, TRUST_MANAGER)
+    return None if key is None else {TRUST_MANAGER: [public_key_text(key.public_key())]}
+
+
 def server_attributes(index: int, rng: random.Random) -> tuple[dict, dict]:
     """(self-stated, inventory-attested) attributes of the index-th web server."""
     software, versions = SOFTWARE[index % len(SOFTWARE)]
@@ -232,7 +262,7 @@ def _create_cast() -> Scenario:
         actor=SETUP,
     )
     trust, trust_key = create_authority(
-        name="trust-manager",
+        name=TRUST_MANAGER,
         display_name="Regulated trust manager",
         capabilities=controller.attributes.all(),
         actor=SETUP,
@@ -298,7 +328,7 @@ def _existing_cast() -> Scenario:
         web_server_model=ClientModel.objects.get(name="web-server"),
         controller_model=ClientModel.objects.get(name="controller"),
         inventory=Authority.objects.get(name="macrocorp-inventory"),
-        trust_manager=Authority.objects.get(name="trust-manager"),
+        trust_manager=Authority.objects.get(name=TRUST_MANAGER),
     )
 
 

@@ -6,8 +6,10 @@ of these processes:
 
     python -m demo.simulator SPEC.json
 
-SPEC is {"url": ..., "load_interval_s": ..., "stats": path or null, "agents":
-[{"token": ..., "values": {hostname, software, version, cgi, load}}, ...]}.
+SPEC is {"url": ..., "load_interval_s": ..., "stats": path or null, "trust": null or
+{"authorities": {NAME: [public keys]}, "policy": text}, "agents": [{"token": ...,
+"values": {hostname, software, version, cgi, load}}, ...]}. With `trust`, each agent
+acts only on signed events that agree (docs/agent.md).
 
 Each simulated server is a folder whose files stand for its state (hostname, cgi, load,
 state), a load that drifts while it runs, and the agent service of the `sn-agent`
@@ -116,7 +118,7 @@ def write(path: Path, text: str) -> None:
     fresh.replace(path)
 
 
-def server_folder(root: Path, url: str, agent: dict, load_interval_s: float) -> Config:
+def server_folder(root: Path, url: str, agent: dict, load_interval_s: float, trust) -> Config:
     """Lay out one server's folder and return its agent's configuration."""
     values = agent["values"]
     folder = root / values["hostname"]
@@ -127,10 +129,12 @@ def server_folder(root: Path, url: str, agent: dict, load_interval_s: float) -> 
     token = folder / "token"
     token.write_text(agent["token"])
     token.chmod(0o600)
-    return agent_config(folder, url, values, load_interval_s=load_interval_s)
+    return agent_config(folder, url, values, load_interval_s=load_interval_s, trust=trust)
 
 
-def agent_config(folder: Path, url: str, values: dict, *, load_interval_s: float = 5.0) -> Config:
+def agent_config(
+    folder: Path, url: str, values: dict, *, load_interval_s: float = 5.0, trust=None
+) -> Config:
     static = {name: values[name] for name in ("hostname", "software", "version")}
     read_file = {
         "cgi": Provider("cgi", "bool", CGI_READ_EVERY_S, file=folder / "cgi"),
@@ -140,10 +144,15 @@ def agent_config(folder: Path, url: str, values: dict, *, load_interval_s: float
         name: Action(name, (str(WEB_SERVER_CTL), name), timeout_s=30, cwd=folder)
         for name in ("disable-cgi", "shutdown", "status")
     }
+    policy_file = None
+    if trust:  # the demo's fleet verifies: it checks events against its own policy
+        policy_file = folder / "policy"
+        policy_file.write_text(trust["policy"])
     return Config(
         source=folder / "agent.toml", url=url, token_file=folder / "token",
         state_dir=folder / "agent", attributes=static, providers=read_file,
-        actions=commands, answer_without_action=True,
+        actions=commands, answer_without_action=True, policy_file=policy_file,
+        authorities=trust and {k: tuple(v) for k, v in trust["authorities"].items()},
     )  # fmt: skip
 
 
@@ -160,7 +169,7 @@ async def run_fleet(spec: dict, root: Path) -> list[SimulatedServer]:
     servers = []
     for agent in spec["agents"]:
         interval = spec["load_interval_s"]
-        config = server_folder(root, spec["url"], agent, interval)
+        config = server_folder(root, spec["url"], agent, interval, spec.get("trust"))
         server = SimulatedServer(
             config, values=dict(agent["values"]), load_interval_s=interval, rng=rng
         )

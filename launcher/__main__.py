@@ -14,7 +14,12 @@ import urllib.request
 from pathlib import Path
 
 from console.env import ConfigurationError, env_int
-from demo.data_folder import default_data_dir, demo_keys_file, write_demo_settings
+from demo.data_folder import (
+    default_data_dir,
+    demo_keys_file,
+    signing_keys_dir,
+    write_demo_settings,
+)
 from launcher.embedded import PrivateServers
 from launcher.supervisor import Supervisor, listening_socket, say
 from reports import QUEUE as REPORTS_QUEUE
@@ -169,6 +174,7 @@ def command_run(args: argparse.Namespace) -> int:
     data_dir = args.data_dir
     env = dict(os.environ)
     env.setdefault("SECRET_KEY", persistent_secret_key(data_dir))
+    env.setdefault("SIGNING_KEYS_DIR", str(signing_keys_dir(data_dir)))
     if not args.verbose:
         env.setdefault("LOG_LEVEL", "WARNING")
     # The children's lines reach the launcher as they are written, not when a buffer

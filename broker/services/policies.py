@@ -17,7 +17,9 @@ MAX_POLICY_LENGTH = 20_000
 
 
 def set_policy(*, client: Client, text: str, actor: Actor) -> PolicyVersion:
-    """Parse and store a new version of the client's policy; refuse it whole if invalid."""
+    """Parse and store a new version of the client's policy; refuse it whole if invalid.
+    The same text stated again (an agent states its policy at every login) is no new
+    version: the current one is returned."""
     with audit.refusals_recorded(
         actor=actor,
         action="policy.set",
@@ -30,10 +32,12 @@ def set_policy(*, client: Client, text: str, actor: Actor) -> PolicyVersion:
     with transaction.atomic():
         # Lock the client row: two concurrent updates must not take the same number.
         Client.objects.select_for_update().filter(pk=client.pk).first()
-        latest = client.policy_versions.aggregate(latest=Max("version"))["latest"] or 0
+        current = client.policy_versions.order_by("-version").first()
+        if current is not None and current.text == text:
+            return current
         version = PolicyVersion.objects.create(
             client=client,
-            version=latest + 1,
+            version=(current.version if current else 0) + 1,
             text=text,
             canonical_text=canonical,
             created_by=str(actor),

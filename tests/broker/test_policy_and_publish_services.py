@@ -271,3 +271,12 @@ def test_a_vocabulary_that_keeps_moving_does_not_stop_publishing(scenario, monke
     assert Event.objects.get().pk == event.pk
     # A savepoint and the statement per attempt; only the last one, unchecked, inserts.
     assert statements.count == 3 * events.VOCABULARY_ATTEMPTS
+
+
+def test_the_same_policy_stated_again_is_no_new_version(scenario):
+    # An agent states its policy at every login: restarts must not pile up versions.
+    server = scenario.servers[0]
+
+    again = set_policy(client=server, text=WEB_SERVER_POLICY, actor=Actor("client", server.name))
+
+    assert again.version == 1 and server.policy_versions.count() == 1

@@ -13,7 +13,7 @@ from django.utils import timezone
 from broker.models import AttributeValue, Delivery
 from broker.reads.clients import current_attributes
 from broker.services.events import publish_event
-from demo.scenario import load_scenario
+from demo.scenario import ensure_signing_keys, load_scenario
 from tests.broker.agent_helpers import agent_url, wait_for
 from tests.broker.tree_helpers import wait_until_idle
 from tests.conftest import ROOT, environment_for_test_database, stop_process
@@ -26,7 +26,20 @@ IIS = 'receiver.software == "IIS"'
 @pytest.fixture
 def fleet(asgi_server, celery_worker):
     """Six scenario web servers running as agents in two processes."""
+    yield from _running_fleet(asgi_server)
+
+
+@pytest.fixture
+def verifying_fleet(asgi_server, celery_worker):
+    """The same, as `./run` starts it: the console holds the demo's signing keys, and
+    the agents act only on signed events that agree."""
+    yield from _running_fleet(asgi_server, signed=True)
+
+
+def _running_fleet(asgi_server, *, signed: bool = False):
     scenario = load_scenario(servers=6)
+    if signed:
+        ensure_signing_keys()
     wait_until_idle()
     loaded_at = timezone.now()
     url = agent_url(asgi_server)
@@ -99,6 +112,28 @@ def test_running_servers_let_their_load_drift(fleet):
         ),
         "loads drifted",
     )
+
+
+def test_the_demos_verifying_fleet_obeys_a_signed_command_and_refuses_an_unsigned_one(
+    verifying_fleet,
+):
+    national = verifying_fleet.controllers["intellimune-national"]
+    national.refresh_from_db()  # its signing key was made after it was loaded
+    command = {"kind": "command", "action": "disable-cgi"}
+    unsigned = publish_event(sender=national, content=command, selector=IIS)
+    refused = _answered_eventually(unsigned)
+    signed = publish_event(sender=national, content=command, selector=IIS, console_signs=True)
+    obeyed = _answered_eventually(signed)
+
+    assert refused and {d.state for d in refused} == {"failed"}
+    assert all("not signed by its sender" in d.result["error"] for d in refused)
+    assert {d.state for d in obeyed} == {"acked"} and len(obeyed) == len(refused)
+
+
+def _answered_eventually(event) -> list[Delivery]:
+    iis = AttributeValue.objects.filter(name="software", value="IIS").count()
+    wait_for(lambda: answered(event, iis), f"the {iis} IIS servers answered")
+    return answered(event, iis)
 
 
 def test_a_repeated_benchmark_notification_is_timed_once_at_its_first_arrival(tmp_path):

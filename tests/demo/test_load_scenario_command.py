@@ -10,9 +10,9 @@ import pytest
 from django.core.management import call_command
 from django.test import Client as HttpClient
 
-from broker.models import Client
+from broker.models import AttributeValue, Client
 from broker.reads.clients import attested_attributes
-from demo.scenario import CONTROLLERS
+from demo.scenario import CONTROLLERS, trusted_authorities
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
 
@@ -55,3 +55,20 @@ def test_loading_again_keeps_the_keys_of_the_first_load(tmp_path):
 
     assert "already loaded" in said
     assert path.read_text() == kept
+
+
+def test_the_demo_console_holds_the_signing_keys_of_the_trust_manager_and_controllers_once(
+    tmp_path,
+):
+    said = load(tmp_path / "keys.json")
+    again = load(tmp_path / "keys.json")
+
+    assert "Made signing keys for trust-manager, intellimune-national" in said
+    assert "Made signing keys" not in again
+    [public] = trusted_authorities()["trust-manager"]
+    signed = AttributeValue.objects.filter(client__name__in=CONTROLLERS, seal__isnull=False)
+    assert signed.count() == 4 * len(CONTROLLERS)
+    assert {value.seal["client_key"] for value in signed} == set(
+        Client.objects.filter(name__in=CONTROLLERS).values_list("signing_key", flat=True)
+    )
+    assert public.startswith("ed25519:")

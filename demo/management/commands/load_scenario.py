@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand
 
 from broker.models import ClientModel
 from demo.data_folder import demo_keys_file, write_demo_keys
-from demo.scenario import bulk_add_web_servers, demo_keys, load_scenario
+from demo.scenario import bulk_add_web_servers, demo_keys, ensure_signing_keys, load_scenario
 
 
 class Command(BaseCommand):
@@ -36,6 +36,9 @@ class Command(BaseCommand):
             self.stdout.write("The scenario is already loaded.")
         if bulk:
             self._load_in_bulk(servers)
+        made = ensure_signing_keys()
+        if made:
+            self.stdout.write(f"Made signing keys for {', '.join(made)} (SIGNING_KEYS_DIR).")
 
     def _load(self, *, servers: int, keys_file: Path | None) -> None:
         scenario = load_scenario(servers=servers)

@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from broker.audit import Actor
 from broker.services.clients import issue_fleet_tokens
-from demo.scenario import ensure_web_servers
+from demo.scenario import WEB_SERVER_POLICY, ensure_web_servers, trusted_authorities
 
 SIMULATOR = Actor("system", "fleet-simulator")
 
@@ -59,6 +59,10 @@ class Command(BaseCommand):
         servers = ensure_web_servers(agents)
         tokens = issue_fleet_tokens(clients=[c for c, _ in servers], actor=SIMULATOR)
         folder = Path(tempfile.mkdtemp(prefix="sn-fleet-"))
+        authorities = trusted_authorities()
+        trust = None if authorities is None else {"authorities": authorities}
+        if trust is not None:
+            trust["policy"] = WEB_SERVER_POLICY
         paths = []
         for part in range(processes):
             mine = servers[part::processes]
@@ -67,6 +71,8 @@ class Command(BaseCommand):
                 "load_interval_s": options["load_interval"],
                 "seed": part,
                 "stats": _stats_path(options.get("stats_dir"), part),
+                # With it, each agent acts only on signed events that agree.
+                "trust": trust,
                 "agents": [{"token": tokens[c.pk], "values": values} for c, values in mine],
             }
             path = folder / f"fleet-{part}.json"
