@@ -496,6 +496,15 @@ class AttestationIn(Schema):
     grant_key: str
     values: dict[str, Any]
     expires_at: AwareDatetime | None = None
+    # The authority's own signature of each value (docs/security.md, "Signed events"):
+    # the signing time in Unix seconds, and {name: Ed25519 signature in base64}.
+    signed_at: StrictInt | None = None
+    signatures: dict[str, str] | None = None
+
+
+class SigningKeyOut(Schema):
+    client: str
+    signing_key: str
 
 
 class AttestedOut(Schema):
@@ -514,14 +523,32 @@ class RevocationIn(Schema):
 )
 def attest(request: HttpRequest, payload: AttestationIn, name: str = ClientName):
     """The calling authority sets attributes on a client that granted it permission."""
+    signed = None
+    if payload.signatures is not None or payload.signed_at is not None:
+        signed = {"signed_at": payload.signed_at, "signatures": payload.signatures}
     authorities.attest_attributes(
         authority=request.auth,
         client=_client_named(name),
         grant_key=payload.grant_key,
         values=payload.values,
         expires_at=payload.expires_at,
+        signed=signed,
     )
     return {"attested": sorted(payload.values)}
+
+
+@api.get(
+    "/clients/{name}/signing-key",
+    auth=AuthorityKey(),
+    response={200: SigningKeyOut, **ERRORS},
+    tags=["attestations"],
+)
+def signing_key(request: HttpRequest, name: str = ClientName):
+    """The public key a client signs its events with, which an authority's signed
+    attestations bind (compare its fingerprint with the client's owner before signing:
+    whoever writes the console's database could change it)."""
+    client = _client_named(name)
+    return {"client": client.name, "signing_key": client.signing_key}
 
 
 @api.post(

@@ -12,7 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from broker.models import AttributeValue, Authority, Client
-from broker.seals import seal_attestations
+from broker.seals import seal_attestations, store_seals
 
 # One statement for any number of clients: the same values for each listed client, an
 # upsert on the one value per client and attribute. SQL rather than bulk_create, which
@@ -40,11 +40,14 @@ def write_values(
     source: str,
     authority: Authority | None = None,
     expires_at: datetime | None = None,
+    seals: dict[str, dict] | None = None,
 ) -> None:
-    """Set the client's values, with their provenance, in one statement."""
+    """Set the client's values, with their provenance, in one statement; `seals`: the
+    authority's own signatures of them (broker.seals.authority_seals), kept as given."""
     write_values_of_clients(
-        [client.pk], values, source=source, authority=authority, expires_at=expires_at
-    )
+        [client.pk], values, source=source, authority=authority, expires_at=expires_at,
+        seals=seals,
+    )  # fmt: skip
 
 
 def write_values_of_clients(
@@ -54,6 +57,7 @@ def write_values_of_clients(
     source: str,
     authority: Authority | None = None,
     expires_at: datetime | None = None,
+    seals: dict[str, dict] | None = None,
 ) -> None:
     """Set the same values, with their provenance, on every listed client, in one
     statement whatever their number; an authority's are signed for each client if the
@@ -68,7 +72,10 @@ def write_values_of_clients(
     }
     with connection.cursor() as cursor:
         cursor.execute(UPSERT_VALUES, parameters)
-    if authority is not None:
+    if seals is not None:
+        [client_id] = parameters["clients"]
+        store_seals(client_id=client_id, seals=seals)
+    elif authority is not None:
         seal_attestations(authority=authority, client_ids=parameters["clients"])
 
 

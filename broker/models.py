@@ -165,6 +165,9 @@ class Authority(models.Model):
     display_name = models.CharField(max_length=200)
     key_hash = models.CharField(max_length=64, unique=True)
     capabilities = models.ManyToManyField(ModelAttribute, related_name="authorities", blank=True)
+    # The public half of the key its attestations are signed with (`ed25519:BASE64`), by
+    # the console (SIGNING_KEYS_DIR) or by the authority's own tooling. Empty: unsigned.
+    signing_key = models.CharField(max_length=64, blank=True, default="", db_default="")
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

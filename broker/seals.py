@@ -89,6 +89,19 @@ def console_seal(*, event_id: str, sender: Client, request, now: datetime) -> di
     return _seal(sender, request, signed_at, signatures.sign(key, envelope))
 
 
+def console_signs_as(sender: Client) -> str:
+    """Whether an operator's send as `sender` would be signed: "signed", "no key" (it
+    goes unsigned) or "wrong key" (it is refused until the key is made again)."""
+    try:
+        key = private_key(SENDERS, sender.name)
+    except SigningKeyUnusable:
+        return "wrong key"
+    if key is None:
+        return "no key"
+    matches = signatures.public_key_text(key.public_key()) == sender.signing_key
+    return "signed" if matches else "wrong key"
+
+
 def sender_seal(*, event_id: str, sender: Client, request, signed_at: Any, signature: Any):
     """The seal of an event its sender signed (an agent's or the API's publish);
     InvalidInput if the signature does not hold for the sender's key."""
@@ -150,6 +163,11 @@ def seal_attestations(*, authority: Authority, client_ids: Iterable[int]) -> int
     cleared: a changed value or expiry must not keep an old signature). How many
     values are signed."""
     key = private_key(AUTHORITIES, authority.name)
+    if key and authority.signing_key not in ("", signatures.public_key_text(key.public_key())):
+        raise SigningKeyUnusable(
+            f"the key the console holds for {authority.name} is not its public key in the "
+            f"console: make it again (manage.py signing_key authority {authority.name})"
+        )
     rows = AttributeValue.objects.filter(
         client_id__in=list(client_ids), authority=authority, source=AttributeValue.Source.AUTHORITY
     ).values_list("pk", "name", "value", "expires_at", "client__name", "client__signing_key")
@@ -176,6 +194,65 @@ def _attestation(authority, key, name, value, expires_at, client, client_key) ->
     }
     body = signatures.attestation_body(attestation)
     return {**attestation, "signature": signatures.sign(key, body)}
+
+
+def authority_seals(
+    *, authority: Authority, client: Client, values: dict, expires_at, signed: Any
+) -> dict[str, dict]:
+    """The attestations an authority's own tooling signed, checked against its public
+    key for this client's key ({name: seal}); InvalidInput naming what does not hold.
+    `signed` is {"signed_at": whole seconds, "signatures": {name: signature}}."""
+    if not authority.signing_key:
+        raise InvalidInput(
+            f"{authority.name} has no public key in the console to check its signatures by",
+            field="signatures",
+        )
+    signed_at, given = _signatures_given(signed, values)
+    seals = {}
+    for name, value in values.items():
+        attestation = {
+            "authority": authority.name,
+            "client": client.name,
+            "client_key": client.signing_key,
+            "name": name,
+            "value": value,
+            "expires_at": None if expires_at is None else int(expires_at.timestamp()),
+            "signed_at": signed_at,
+        }
+        body = signatures.attestation_body(attestation)
+        if not signatures.signature_holds(authority.signing_key, body, given[name]):
+            raise InvalidInput(
+                f"the signature of {name} does not hold for {client.name}'s key "
+                f"({client.signing_key or 'none'}) and {authority.name}'s key",
+                field=f"signatures.{name}",
+            )
+        seals[name] = {**attestation, "signature": given[name]}
+    return seals
+
+
+def _signatures_given(signed: Any, values: dict) -> tuple[int, dict]:
+    signed_at, given = signed.get("signed_at"), signed.get("signatures")
+    if not isinstance(signed_at, int) or isinstance(signed_at, bool):
+        raise InvalidInput("signed_at is the signing time in whole Unix seconds", field="signed_at")
+    if not isinstance(given, dict):
+        raise InvalidInput("signatures is an object: a signature per value", field="signatures")
+    missing = sorted(set(values) - set(given))
+    if missing:
+        raise InvalidInput(f"{missing[0]} is not signed", field=f"signatures.{missing[0]}")
+    return signed_at, given
+
+
+STORE_GIVEN_SEALS = f"""
+UPDATE {AttributeValue._meta.db_table} AS value SET seal = given.value
+FROM jsonb_each(%(seals)s::jsonb) AS given
+WHERE value.client_id = %(client)s AND value.name = given.key
+"""
+
+
+def store_seals(*, client_id: int, seals: dict[str, dict]) -> None:
+    """Keep the seals an authority's tooling gave with the values just written."""
+    with connection.cursor() as cursor:
+        cursor.execute(STORE_GIVEN_SEALS, {"client": client_id, "seals": json.dumps(seals)})
 
 
 # Notifications ----------------------------------------------------------------------------

@@ -79,7 +79,10 @@ def provide_test_environment(env) -> None:
         _servers.provide(env)  # starts what is missing and sets its URL in `env`
     if env.get(XDIST_WORKER):  # one of several processes running the tests (pytest -n N)
         keep_apart(env, env[XDIST_WORKER])
-    env.setdefault("SIGNING_KEYS_DIR", str(signing_keys_dir(env.get(XDIST_WORKER, "main"))))
+    process = env.get(XDIST_WORKER, "main")
+    # A worker inherits the main process's folder: it gets one of its own instead.
+    if env.get("SIGNING_KEYS_DIR") in (None, "", str(TEST_DATA / "signing-keys" / "main")):
+        env["SIGNING_KEYS_DIR"] = str(signing_keys_dir(process))
 
 
 def signing_keys_dir(process: str) -> Path:

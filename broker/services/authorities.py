@@ -11,7 +11,7 @@ from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from broker import audit
+from broker import audit, seals
 from broker.attribute_store import printable, write_values
 from broker.attributes import check_values
 from broker.audit import Actor
@@ -151,11 +151,14 @@ def attest_attributes(
     grant_key: str,
     values: Mapping[str, Any],
     expires_at: datetime | None = None,
+    signed: Mapping[str, Any] | None = None,
 ) -> None:
     """Set attributes on `client` as `authority`: all of them, or none.
 
     Needs a live grant from the client, and the authority's capability for each
-    attribute; anything else is refused and audited.
+    attribute; anything else is refused and audited. `signed` ({"signed_at": ...,
+    "signatures": {name: ...}}) is the authority's own signature of each value, checked
+    and kept (broker.seals); without it the console signs if it holds the key.
     """
     actor = Actor("authority", authority.name)
     with audit.refusals_recorded(
@@ -168,6 +171,12 @@ def attest_attributes(
         checked = check_values(declared_types(client), values)
         _check_capabilities(authority, client, checked)
         check_expiry(expires_at)
+        given = None
+        if signed is not None:
+            given = seals.authority_seals(
+                authority=authority, client=client, values=checked, expires_at=expires_at,
+                signed=signed,
+            )  # fmt: skip
     with transaction.atomic():
         write_values(
             client,
@@ -175,6 +184,7 @@ def attest_attributes(
             source=AttributeValue.Source.AUTHORITY,
             authority=authority,
             expires_at=expires_at,
+            seals=given,
         )
         audit.record_change(
             actor=actor,

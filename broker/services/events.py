@@ -135,17 +135,21 @@ class SenderSignature:
 
 
 def sender_signature(*, event_id: Any, signed_at: Any, signature: Any) -> SenderSignature | None:
-    """What a publish brings of its sender's signature: all three, or none."""
-    given = {"id": event_id, "signed_at": signed_at, "signature": signature}
-    if all(value is None for value in given.values()):
+    """What a publish brings of its sender's signature (None: nothing); checked, and a
+    refusal audited, as the event is (`_sealed`)."""
+    if event_id is None and signed_at is None and signature is None:
         return None
+    return SenderSignature(event_id, signed_at, signature)
+
+
+def _check_all_given(signed: SenderSignature) -> None:
+    given = {"id": signed.event_id, "signed_at": signed.signed_at, "signature": signed.signature}
     missing = [name for name, value in given.items() if value is None]
     if missing:
         raise InvalidInput(
             f"a signed event gives id, signed_at and signature; {missing[0]} is missing",
             field=missing[0],
         )
-    return SenderSignature(event_id, signed_at, signature)
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,7 @@ def _sealed(
         now = timezone.now()
         seal = seals.console_seal(event_id=event_id, sender=sender, request=request, now=now)
         return Sealed(event_id, seal)
+    _check_all_given(signed)
     event_id = _checked_event_id(signed.event_id)
     seal = seals.sender_seal(
         event_id=event_id,

@@ -60,15 +60,42 @@ def make_authority_key(*, authority: Authority, actor: Actor) -> str:
     public_key = signatures.public_key_text(key.public_key())
     with transaction.atomic():
         _write_key(seals.AUTHORITIES, authority.name, key)
-        attested = AttributeValue.objects.filter(authority=authority).values_list("client_id")
-        signed = seals.seal_attestations(authority=authority, client_ids=attested)
-        audit.record_change(
-            actor=actor,
-            action="authority.signing_key",
-            target=f"authority:{authority.name}",
-            details={"public_key": public_key, "attestations_signed": signed},
-        )
+        _record_authority_key(authority, public_key, actor)
     return public_key
+
+
+def set_authority_key(*, authority: Authority, public_key: str, actor: Actor) -> None:
+    """Record the public key of an authority that signs its attestations with its own
+    tooling (the console never holds its private key). Audited."""
+    target = f"authority:{authority.name}"
+    with audit.refusals_recorded(actor=actor, action="authority.signing_key", target=target):
+        try:
+            signatures.public_key(public_key)
+        except ValueError as error:
+            raise InvalidInput(str(error), field="public_key") from None
+    with transaction.atomic():
+        _remove_key(seals.AUTHORITIES, authority.name)  # the console signs for it no more
+        _record_authority_key(authority, public_key, actor)
+
+
+def _remove_key(kind: str, name: str) -> None:
+    path = seals.key_path(kind, name)
+    if path is not None:
+        path.unlink(missing_ok=True)
+
+
+def _record_authority_key(authority: Authority, public_key: str, actor: Actor) -> None:
+    # What the console holds no key for loses its seals: they were another key's.
+    authority.signing_key = public_key
+    authority.save(update_fields=["signing_key"])
+    attested = AttributeValue.objects.filter(authority=authority).values_list("client_id")
+    signed = seals.seal_attestations(authority=authority, client_ids=attested)
+    audit.record_change(
+        actor=actor,
+        action="authority.signing_key",
+        target=f"authority:{authority.name}",
+        details={"public_key": public_key, "attestations_signed": signed},
+    )
 
 
 def _seal_all_attestations_of(client: Client) -> int:

@@ -17,6 +17,7 @@ from broker.inputs import invisible_in
 from broker.models import Event
 from broker.reads.sending import senders_for
 from broker.roles import SEND
+from broker.seals import console_signs_as
 from broker.services.sending import (
     ConfirmationNeeded,
     FreshCodeNeeded,
@@ -84,6 +85,7 @@ def preview(request: HttpRequest) -> HttpResponse:
         "reach": reach,
         "threshold": settings.SEND_CONFIRM_ABOVE,
         "invisible": _invisible_in_draft(draft),
+        "signing": console_signs_as(draft.sender),
     }
     return render(request, f"{TEMPLATE}#preview", context)
 

@@ -12,11 +12,13 @@ import urllib.request
 import pytest
 from channels.db import database_sync_to_async as in_thread
 from sn_agent.client import Agent, AgentError, SessionEnded
+from sn_agent.signatures import new_private_key, public_key_text
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from broker.models import AuditEntry, Delivery
+from broker.models import AuditEntry, Delivery, Event
 from broker.services.clients import issue_token, revoke_tokens
+from broker.services.signing_keys import set_signing_key
 from tests.broker.agent_helpers import ISSUER, agent_url
 from tests.broker.failing_database import inserts_refused
 from tests.broker.tree_helpers import wait_until_idle
@@ -530,3 +532,23 @@ def test_the_health_check_answers_while_agents_are_listening(asgi_server, cast):
             health = json.loads(response.read())
     layer = next(c for c in health["checks"] if c["name"] == "channel layer")
     assert layer["ok"], layer
+
+
+def test_a_sender_signs_its_publish_and_the_receiver_is_handed_the_seal(asgi_server, cast):
+    own_key = new_private_key()  # the controller's, kept on its own host
+    set_signing_key(client=cast["controller_client"],
+                    public_key=public_key_text(own_key.public_key()), actor=ISSUER)  # fmt: skip
+    url = agent_url(asgi_server)
+
+    async def flow():
+        async with Agent(url, cast["server"]) as server, Agent(url, cast["controller"]) as ctl:
+            published = await ctl.publish(COMMAND, selector=IIS_SELECTOR, signing_key=own_key)
+            return published, await next_notification(server)
+
+    published, notification = run(flow())
+    assert notification.event == published["event"]
+    assert notification.seal["sender"] == "intellimune-national"
+    assert notification.seal["key"] == public_key_text(own_key.public_key())
+    assert (
+        Event.objects.get(pk=published["event"]).seal["signature"] == notification.seal["signature"]
+    )

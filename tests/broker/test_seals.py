@@ -3,16 +3,19 @@ it holds, and checks the signatures senders bring (broker/seals.py)."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from datetime import timedelta
 
 import pytest
+from django.test import Client as HttpClient
 from django.utils import timezone
 from sn_agent.signatures import (
     SealRefused,
     new_private_key,
     public_key_text,
+    signed_attestations,
     signed_publish,
     verify_seal,
 )
@@ -21,7 +24,12 @@ from broker.errors import InvalidInput
 from broker.models import AttributeValue, Event
 from broker.seals import SigningKeyUnusable
 from broker.services.events import SenderSignature, publish_event
-from broker.services.signing_keys import make_authority_key, make_sender_key, set_signing_key
+from broker.services.signing_keys import (
+    make_authority_key,
+    make_sender_key,
+    set_authority_key,
+    set_signing_key,
+)
 from broker.services.trust import attest_for_clients, renew_for_clients
 from demo.scenario import load_scenario
 from tests.broker.agent_helpers import ISSUER
@@ -137,3 +145,40 @@ def test_an_attestation_is_signed_again_when_renewed_and_a_value_changed_in_the_
 
 def _in_days(days: int):
     return timezone.now() + timedelta(days=days)
+
+
+def test_an_authority_signing_with_its_own_tooling_has_its_signatures_kept_or_refused(scenario):
+    national = scenario.controllers[NATIONAL]
+    make_sender_key(client=national, actor=ISSUER)
+    national.refresh_from_db()
+    own_key = new_private_key()  # the trust manager's, never given to the console
+    own_public = public_key_text(own_key.public_key())
+    set_authority_key(authority=scenario.trust_manager, public_key=own_public, actor=ISSUER)
+    key_reply = _as_trust_manager(scenario, "get", f"/api/v1/clients/{NATIONAL}/signing-key")
+    assert key_reply.json()["signing_key"] == national.signing_key
+    signed = signed_attestations(
+        own_key, authority="trust-manager", client=NATIONAL, client_key=national.signing_key,
+        values={"trust": 2}, expires_at=None, now=time.time(),
+    )  # fmt: skip
+
+    forged = {**signed, "signatures": {"trust": signed["signatures"]["trust"][::-1]}}
+    refused = _attest(scenario, {"trust": 2}, forged)
+    kept = _attest(scenario, {"trust": 2}, signed)
+
+    assert refused.status_code == 400 and refused.json()["field"] == "signatures.trust"
+    assert kept.status_code == 200
+    event = publish_event(sender=national, content=COMMAND, console_signs=True)
+    assert verified(event, {"trust-manager": [own_public]}).sender_attributes == {"trust": 2}
+
+
+def _as_trust_manager(scenario, method: str, path: str, body=None):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {scenario.secrets['trust-manager']}"}
+    if body is None:
+        return getattr(HttpClient(), method)(path, **headers)
+    return HttpClient().post(path, json.dumps(body), content_type="application/json", **headers)
+
+
+def _attest(scenario, values: dict, signed: dict):
+    grant = scenario.grants[(NATIONAL, "trust-manager")]
+    body = {"grant_key": grant, "values": values, **signed}
+    return _as_trust_manager(scenario, "post", f"/api/v1/clients/{NATIONAL}/attestations", body)

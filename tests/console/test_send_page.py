@@ -9,6 +9,7 @@ from broker.models import AuditEntry, Event
 from broker.roles import OPERATOR
 from broker.services.policies import set_policy
 from broker.services.sending import grant_sending
+from broker.services.signing_keys import make_sender_key
 from demo.scenario import OVERLOADED, VULNERABLE, WORM_ALERT
 from tests.cast import OPERATOR as OLIVIA_MEMBER
 from tests.cast import log_in_proved
@@ -236,3 +237,19 @@ def test_a_count_that_is_not_a_number_is_named_as_such(as_operator, scenario, se
         response.status_code == 409
         and "you typed something else" in response.content.decode().lower()
     )
+
+
+def test_the_preview_says_whether_the_send_will_be_signed_and_the_event_page_shows_it(
+    as_operator, scenario
+):
+    unsigned = as_operator.post(reverse("send-preview"), DISABLE_CGI).content.decode()
+    make_sender_key(client=scenario.controllers["intellimune-national"], actor=Actor("test", "t"))
+    signed = as_operator.post(reverse("send-preview"), DISABLE_CGI).content.decode()
+    as_operator.post(reverse("send-go"), DISABLE_CGI)
+    event = Event.objects.get()
+    page = as_operator.get(reverse("event", args=[event.pk])).content.decode()
+
+    assert 'data-signing="no key"' in unsigned and "goes <strong>unsigned</strong>" in unsigned
+    assert 'data-signing="signed"' in signed
+    assert event.seal["sender"] == "intellimune-national"
+    assert 'data-signature="signed"' in page

@@ -306,6 +306,30 @@ def signed_publish(
     return {"id": event_id, "signed_at": signed_at, "signature": sign(key, envelope)}
 
 
+def signed_attestations(
+    key: Ed25519PrivateKey,
+    *,
+    authority: str,
+    client: str,
+    client_key: str,
+    values: Mapping[str, Any],
+    expires_at: Optional[int],
+    now: float,
+) -> Dict[str, Any]:
+    """What an authority's own tooling adds to an attestation request to sign each of
+    its values for `client` and its key (the console's `POST .../attestations` takes
+    `signed_at` and `signatures`). `expires_at`: whole Unix seconds, or None."""
+    signed_at = int(now)
+    given = {}
+    for name, value in values.items():
+        body = attestation_body(
+            {"authority": authority, "client": client, "client_key": client_key, "name": name,
+             "value": value, "expires_at": expires_at, "signed_at": signed_at}
+        )  # fmt: skip
+        given[name] = sign(key, body)
+    return {"signed_at": signed_at, "signatures": given}
+
+
 def trusted_keys(keys: Iterable[str]) -> Tuple[str, ...]:
     """Public keys as configured, each checked (ValueError naming a bad one)."""
     checked = tuple(keys)

@@ -7,7 +7,12 @@ from django.core.management.base import BaseCommand, CommandError
 from broker.audit import Actor
 from broker.errors import BrokerError
 from broker.models import Authority, Client
-from broker.services.signing_keys import make_authority_key, make_sender_key, set_signing_key
+from broker.services.signing_keys import (
+    make_authority_key,
+    make_sender_key,
+    set_authority_key,
+    set_signing_key,
+)
 
 
 class Command(BaseCommand):
@@ -15,18 +20,23 @@ class Command(BaseCommand):
         "sender NAME: make a key pair for a sender the console sends for (private key in "
         "SIGNING_KEYS_DIR), or, with --public-key, record the key of a sender that signs "
         "its own events. authority NAME: make the key the console signs that authority's "
-        "attestations with, and print the public key for the agents' [trust]. Audited."
+        "attestations with, and print the public key for the agents' [trust]; with "
+        "--public-key, record the key of an authority that signs with its own tooling. "
+        "Audited."
     )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("kind", choices=["sender", "authority"])
         parser.add_argument("name")
-        parser.add_argument("--public-key", help="ed25519:BASE64, the sender's own key")
+        parser.add_argument("--public-key", help="ed25519:BASE64: a key kept by its owner")
 
     def handle(self, *args, kind: str, name: str, public_key: str | None, **options) -> None:
         actor = Actor("system", "manage.py")
         try:
-            if kind == "authority":
+            if kind == "authority" and public_key:
+                set_authority_key(authority=_authority(name), public_key=public_key, actor=actor)
+                printed = public_key
+            elif kind == "authority":
                 printed = make_authority_key(authority=_authority(name), actor=actor)
             elif public_key:
                 set_signing_key(client=_sender(name), public_key=public_key, actor=actor)
