@@ -159,11 +159,13 @@ WHERE value.id = given.id
 
 def seal_attestations(*, authority: Authority, client_ids: Iterable[int]) -> int:
     """Sign again what `authority` attests of these clients, each for the client's
-    current key, if the console holds the authority's key (else the seals are
-    cleared: a changed value or expiry must not keep an old signature). How many
-    values are signed."""
+    current key, if the console holds the authority's key; how many values are signed.
+    Without the key nothing is read or written: whoever changes a value, an expiry or
+    a key clears the seals it makes wrong (the upsert, a renewal, a new key)."""
     key = private_key(AUTHORITIES, authority.name)
-    if key and authority.signing_key not in ("", signatures.public_key_text(key.public_key())):
+    if key is None:
+        return 0
+    if authority.signing_key not in ("", signatures.public_key_text(key.public_key())):
         raise SigningKeyUnusable(
             f"the key the console holds for {authority.name} is not its public key in the "
             f"console: make it again (manage.py signing_key authority {authority.name})"
@@ -171,9 +173,7 @@ def seal_attestations(*, authority: Authority, client_ids: Iterable[int]) -> int
     rows = AttributeValue.objects.filter(
         client_id__in=list(client_ids), authority=authority, source=AttributeValue.Source.AUTHORITY
     ).values_list("pk", "name", "value", "expires_at", "client__name", "client__signing_key")
-    given = [
-        {"id": pk, "seal": _attestation(authority, key, *row) if key else None} for pk, *row in rows
-    ]
+    given = [{"id": pk, "seal": _attestation(authority, key, *row)} for pk, *row in rows]
     if given:
         with connection.cursor() as cursor:
             cursor.execute(STORE_SEALS, {"given": json.dumps(given)})

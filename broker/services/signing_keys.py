@@ -30,6 +30,8 @@ def set_signing_key(*, client: Client, public_key: str, actor: Actor) -> int:
     with transaction.atomic():
         client.signing_key = public_key
         client.save(update_fields=["signing_key"])
+        # Every attestation bound the old key: only those signed again hold.
+        AttributeValue.objects.filter(client=client).update(seal=None)
         signed = _seal_all_attestations_of(client)
         audit.record_change(
             actor=actor,
@@ -85,9 +87,10 @@ def _remove_key(kind: str, name: str) -> None:
 
 
 def _record_authority_key(authority: Authority, public_key: str, actor: Actor) -> None:
-    # What the console holds no key for loses its seals: they were another key's.
+    # Its attestations were signed with another key: only those signed again hold.
     authority.signing_key = public_key
     authority.save(update_fields=["signing_key"])
+    AttributeValue.objects.filter(authority=authority).update(seal=None)
     attested = AttributeValue.objects.filter(authority=authority).values_list("client_id")
     signed = seals.seal_attestations(authority=authority, client_ids=attested)
     audit.record_change(

@@ -276,7 +276,7 @@ def renew_for_clients(
             check_expiry(expires_at)
             _check_active(_locked(authority))
         plan = _renewal_plan(authority, clients, names, expires_at, lock=True)
-        _attested_rows(authority, plan).update(expires_at=expires_at)
+        _attested_rows(authority, plan).update(expires_at=expires_at, seal=None)
         seal_attestations(authority=authority, client_ids=[c.client_id for c in plan.accepted])
         _record(plan, actor, clients, names=names)
     return plan
