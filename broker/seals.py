@@ -72,18 +72,25 @@ def _loaded(path: str, changed: int) -> Ed25519PrivateKey:
 # Events ---------------------------------------------------------------------------------
 
 
-def console_seal(*, event_id: str, sender: Client, request, now: datetime) -> dict | None:
-    """The seal of an event the console publishes for `sender` (an operator's send),
-    signed with the sender's key if the console holds it; None if it holds none."""
+def _sender_key(sender: Client) -> Ed25519PrivateKey | None:
+    """The key the console holds for `sender`, None if none; SigningKeyUnusable if it
+    is not the sender's registered key."""
     key = private_key(SENDERS, sender.name)
-    if key is None:
-        return None
-    if signatures.public_key_text(key.public_key()) != sender.signing_key:
+    if key is not None and signatures.public_key_text(key.public_key()) != sender.signing_key:
         raise SigningKeyUnusable(
             f"the key the console holds for {sender.name} is not the one its receivers "
             "know (its public key in the console): make them one again "
             f"(manage.py signing_key sender {sender.name})"
         )
+    return key
+
+
+def console_seal(*, event_id: str, sender: Client, request, now: datetime) -> dict | None:
+    """The seal of an event the console publishes for `sender` (an operator's send),
+    signed with the sender's key if the console holds it; None if it holds none."""
+    key = _sender_key(sender)
+    if key is None:
+        return None
     signed_at = int(now.timestamp())
     envelope = _envelope(event_id, sender, request, signed_at)
     return _seal(sender, request, signed_at, signatures.sign(key, envelope))
@@ -93,13 +100,10 @@ def console_signs_as(sender: Client) -> str:
     """Whether an operator's send as `sender` would be signed: "signed", "no key" (it
     goes unsigned) or "wrong key" (it is refused until the key is made again)."""
     try:
-        key = private_key(SENDERS, sender.name)
+        key = _sender_key(sender)
     except SigningKeyUnusable:
         return "wrong key"
-    if key is None:
-        return "no key"
-    matches = signatures.public_key_text(key.public_key()) == sender.signing_key
-    return "signed" if matches else "wrong key"
+    return "no key" if key is None else "signed"
 
 
 def sender_seal(*, event_id: str, sender: Client, request, signed_at: Any, signature: Any):
@@ -110,8 +114,7 @@ def sender_seal(*, event_id: str, sender: Client, request, signed_at: Any, signa
             f"{sender.name} has no public key in the console to check its signature by",
             field="signature",
         )
-    if not isinstance(signed_at, int) or isinstance(signed_at, bool):
-        raise InvalidInput("signed_at is the signing time in whole Unix seconds", field="signed_at")
+    _check_signed_at(signed_at)
     envelope = _envelope(event_id, sender, request, signed_at)
     if not signatures.signature_holds(sender.signing_key, envelope, signature):
         raise InvalidInput(
@@ -119,6 +122,11 @@ def sender_seal(*, event_id: str, sender: Client, request, signed_at: Any, signa
             field="signature",
         )
     return _seal(sender, request, signed_at, signature)
+
+
+def _check_signed_at(signed_at: Any) -> None:
+    if not signatures.whole_number(signed_at):
+        raise InvalidInput("signed_at is the signing time in whole Unix seconds", field="signed_at")
 
 
 def _envelope(event_id: str, sender: Client, request, signed_at: int) -> dict:
@@ -183,17 +191,23 @@ def seal_attestations(*, authority: Authority, client_ids: Iterable[int]) -> int
 def _attestation(authority, key, name, value, expires_at, client, client_key) -> dict | None:
     if not client_key:
         return None  # nothing to bind the attestation to
-    attestation = {
+    attestation = _attested(authority, client, client_key, name, value, expires_at, time.time())
+    body = signatures.attestation_body(attestation)
+    return {**attestation, "signature": signatures.sign(key, body)}
+
+
+def _attested(authority, client: str, client_key: str, name, value, expires_at, signed_at):
+    """An attestation's fields (sn_agent.signatures.ATTESTATION_FIELDS but the signature),
+    times in whole Unix seconds."""
+    return {
         "authority": authority.name,
         "client": client,
         "client_key": client_key,
         "name": name,
         "value": value,
         "expires_at": None if expires_at is None else int(expires_at.timestamp()),
-        "signed_at": int(time.time()),
+        "signed_at": int(signed_at),
     }
-    body = signatures.attestation_body(attestation)
-    return {**attestation, "signature": signatures.sign(key, body)}
 
 
 def authority_seals(
@@ -210,15 +224,9 @@ def authority_seals(
     signed_at, given = _signatures_given(signed, values)
     seals = {}
     for name, value in values.items():
-        attestation = {
-            "authority": authority.name,
-            "client": client.name,
-            "client_key": client.signing_key,
-            "name": name,
-            "value": value,
-            "expires_at": None if expires_at is None else int(expires_at.timestamp()),
-            "signed_at": signed_at,
-        }
+        attestation = _attested(
+            authority, client.name, client.signing_key, name, value, expires_at, signed_at
+        )
         body = signatures.attestation_body(attestation)
         if not signatures.signature_holds(authority.signing_key, body, given[name]):
             raise InvalidInput(
@@ -232,8 +240,7 @@ def authority_seals(
 
 def _signatures_given(signed: Any, values: dict) -> tuple[int, dict]:
     signed_at, given = signed.get("signed_at"), signed.get("signatures")
-    if not isinstance(signed_at, int) or isinstance(signed_at, bool):
-        raise InvalidInput("signed_at is the signing time in whole Unix seconds", field="signed_at")
+    _check_signed_at(signed_at)
     if not isinstance(given, dict):
         raise InvalidInput("signatures is an object: a signature per value", field="signatures")
     missing = sorted(set(values) - set(given))

@@ -22,11 +22,7 @@ def set_signing_key(*, client: Client, public_key: str, actor: Actor) -> int:
     for it by the authorities whose keys the console holds; the others no longer hold
     until their authority signs them again. How many attestations were signed."""
     target = f"client:{client.name}"
-    with audit.refusals_recorded(actor=actor, action="client.signing_key", target=target):
-        try:
-            signatures.public_key(public_key)
-        except ValueError as error:
-            raise InvalidInput(str(error), field="public_key") from None
+    _check_public_key(public_key, actor=actor, action="client.signing_key", target=target)
     with transaction.atomic():
         client.signing_key = public_key
         client.save(update_fields=["signing_key"])
@@ -70,14 +66,19 @@ def set_authority_key(*, authority: Authority, public_key: str, actor: Actor) ->
     """Record the public key of an authority that signs its attestations with its own
     tooling (the console never holds its private key). Audited."""
     target = f"authority:{authority.name}"
-    with audit.refusals_recorded(actor=actor, action="authority.signing_key", target=target):
+    _check_public_key(public_key, actor=actor, action="authority.signing_key", target=target)
+    with transaction.atomic():
+        _remove_key(seals.AUTHORITIES, authority.name)  # the console signs for it no more
+        _record_authority_key(authority, public_key, actor)
+
+
+def _check_public_key(public_key: str, *, actor: Actor, action: str, target: str) -> None:
+    """A public key given to the console is an Ed25519 key; a refusal is audited."""
+    with audit.refusals_recorded(actor=actor, action=action, target=target):
         try:
             signatures.public_key(public_key)
         except ValueError as error:
             raise InvalidInput(str(error), field="public_key") from None
-    with transaction.atomic():
-        _remove_key(seals.AUTHORITIES, authority.name)  # the console signs for it no more
-        _record_authority_key(authority, public_key, actor)
 
 
 def _remove_key(kind: str, name: str) -> None:

@@ -11,6 +11,7 @@ import shutil
 import stat
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
@@ -95,9 +96,12 @@ class Config:
         """The token, read from `token_file` (checked again: it may have changed)."""
         return read_token(self.token_file)
 
-    def policy_test(self) -> expressions.Test:
+    def policy_test(self) -> Optional[expressions.Test]:
         """The policy, compiled by the agent's own evaluator (ConfigError if it does not
-        parse): what a verifying agent checks each event against."""
+        parse): what a verifying agent checks each event against (None: it does not
+        verify)."""
+        if not self.verifies:
+            return None
         try:
             return expressions.policy_test(self.policy() or "")
         except expressions.ExpressionError as error:
@@ -156,10 +160,8 @@ def check(config: Config) -> list[str]:
     """What `check-config` verifies beyond the file itself: the token is readable and
     private, the policy readable, and each action's program exists. The problems."""
     problems = []
-    checks = [config.token, config.policy, lambda: check_programs(config)]
-    if config.verifies:
-        checks.append(config.policy_test)
-    for attempt in checks:
+    programs = partial(check_programs, config)
+    for attempt in (config.token, config.policy, programs, config.policy_test):
         try:
             attempt()
         except ConfigError as error:

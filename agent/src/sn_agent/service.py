@@ -60,7 +60,7 @@ class AgentService:
         self._main: Optional[asyncio.Task] = None
         self._reloading: Optional[asyncio.Future] = None
         # What a verifying agent checks events against (compiled once per configuration).
-        self.policy_test = config.policy_test() if config.verifies else None
+        self.policy_test = config.policy_test()
 
     # Life ---------------------------------------------------------------------------
 
@@ -122,7 +122,7 @@ class AgentService:
         try:
             config = load(self.config.source)
             config.token()
-            policy_test = config.policy_test() if config.verifies else None
+            policy_test = config.policy_test()
         except ConfigError as error:
             emit("reload_refused", error=str(error))
             return

@@ -211,12 +211,13 @@ def _seal_fields(seal: Any) -> Dict[str, Any]:
         if not isinstance(seal[name], kind):
             raise SealRefused(f"the event's seal has a {name} of the wrong kind")
     for name in ("lifetime_s", "signed_at"):
-        if not _whole_number(seal[name]):
+        if not whole_number(seal[name]):
             raise SealRefused(f"the event's seal has a {name} that is not a whole number")
     return seal
 
 
-def _whole_number(value: Any) -> bool:
+def whole_number(value: Any) -> bool:
+    """Whether `value` is a whole number and not true/false (times, lifetimes)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -273,7 +274,7 @@ def attestation_problem(
 
 def _expiry_problem(name: str, attestation: Mapping[str, Any], seal) -> Optional[str]:
     expires_at, signed_at = attestation["expires_at"], attestation["signed_at"]
-    if not _whole_number(signed_at) or not (expires_at is None or _whole_number(expires_at)):
+    if not whole_number(signed_at) or not (expires_at is None or whole_number(expires_at)):
         return f"{name}: its times are not whole numbers"
     if expires_at is not None and expires_at <= seal["signed_at"]:
         return f"{name}: it had expired when the event was signed"

@@ -60,9 +60,7 @@ class Command(BaseCommand):
         tokens = issue_fleet_tokens(clients=[c for c, _ in servers], actor=SIMULATOR)
         folder = Path(tempfile.mkdtemp(prefix="sn-fleet-"))
         authorities = trusted_authorities()
-        trust = None if authorities is None else {"authorities": authorities}
-        if trust is not None:
-            trust["policy"] = WEB_SERVER_POLICY
+        trust = authorities and {"authorities": authorities, "policy": WEB_SERVER_POLICY}
         paths = []
         for part in range(processes):
             mine = servers[part::processes]
