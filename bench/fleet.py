@@ -19,7 +19,12 @@ publish-to-receipt latency, split into publish -> leaf's push sent (the tree) an
 sent -> receipt (the channel layer, the web process, the socket); and, as the baseline
 measured in the same run, the same push sent straight through the channel layer to
 every agent's connection (no tree, no database), with the ratio of the two. Each phase
-says the machine's load and the CPU time each part of the stack spent in it.
+says the machine's load and the CPU time each part of the stack spent in it; two lines
+put the server's cost per unit: its CPU time (web, tree workers, PostgreSQL and Redis)
+per answered delivery in the rounds, and the web processes' memory per connected agent.
+Last (unless --no-outage), every web process is killed at once and started again, and
+the time until every agent is logged in again is printed. Interrupted (Ctrl-C or
+SIGTERM), it stops every process and private server it started.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -44,6 +50,7 @@ from bench.services import (
     provide_services,
     start_fleet,
     start_process,
+    stop_on_sigterm,
     wait_for_tree_idle,
     worker_argv,
 )
@@ -53,23 +60,50 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PORT = int(os.environ.get("BENCH_PORT", "8931"))
 ROUND_TIMEOUT_S = 60.0
+OUTAGE_TIMEOUT_S = 120.0
 IIS = 'receiver.software == "IIS"'
 PUSH_LOG_KEY = "sn-bench:pushes"
 
 
-def start_console(env: dict[str, str], workers: int, web: int) -> list[subprocess.Popen]:
-    """`web` Daphne processes sharing one socket, and Celery workers for the tree."""
-    listener = listening_socket("127.0.0.1", PORT)
-    daphne = [str(Path(sys.executable).parent / "daphne"), "--fd", str(listener.fileno())]
-    daphne.append("console.asgi:application")
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    log = open(ROOT / "var" / "bench" / "daphne.log", "w")  # noqa: SIM115 (the process keeps it)
-    shared = {"stdout": log, "stderr": log, "pass_fds": (listener.fileno(),)}
-    processes = [start_process(daphne, env, **shared) for _ in range(web)]
-    listener.close()  # the Daphne processes hold it now
-    for index in range(workers):
-        processes.append(start_process(worker_argv(f"fleet{index}"), env, **quiet))
-    return processes
+class Console:
+    """`web` Daphne processes sharing one listening socket (kept, so that they can be
+    killed and started again on it), and Celery workers for the tree."""
+
+    def __init__(self, env: dict[str, str], workers: int, web: int) -> None:
+        self.env = env
+        self.listener = listening_socket("127.0.0.1", PORT)
+        self.log = open(ROOT / "var" / "bench" / "daphne.log", "w")  # noqa: SIM115 (kept open)
+        self.web = [self._start_web() for _ in range(web)]
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        self.workers = [
+            start_process(worker_argv(f"fleet{index}"), env, **quiet) for index in range(workers)
+        ]
+
+    def _start_web(self) -> subprocess.Popen:
+        fd = str(self.listener.fileno())
+        if os.environ.get("BENCH_ASGI") == "uvicorn":
+            argv = [str(Path(sys.executable).parent / "uvicorn"), "--fd", fd, "--loop", "uvloop",
+                    "--http", "httptools", "--ws", "websockets", "--no-access-log",
+                    "--lifespan", "off", "console.asgi:application"]  # fmt: skip
+        else:
+            argv = [str(Path(sys.executable).parent / "daphne"), "--fd", fd]
+            argv.append("console.asgi:application")
+        shared = {"stdout": self.log, "stderr": self.log, "pass_fds": (self.listener.fileno(),)}
+        return start_process(argv, self.env, **shared)
+
+    def kill_web(self) -> None:
+        """SIGKILL every web process, as a crash of the web tier would."""
+        for process in self.web:
+            os.killpg(process.pid, signal.SIGKILL)
+        for process in self.web:
+            process.wait()
+
+    def start_web_again(self) -> None:
+        self.web = [self._start_web() for _ in self.web]
+
+    @property
+    def processes(self) -> list[subprocess.Popen]:
+        return [*self.web, *self.workers]
 
 
 def wait_for_answers(event, expected: int) -> None:
@@ -128,6 +162,7 @@ def push_baseline(rounds: int, client_ids: list[int]) -> None:
             Pushed(
                 delivery_id=10**12 + index, position=0, receiver_id=cid, event_id="baseline",
                 sender_id=0, channel="baseline", sequence=index + 1, content=content,
+                seal=None, seal_read=True,  # no event to read a seal of: none, as read
             )
             for cid in client_ids
         )  # fmt: skip
@@ -236,31 +271,118 @@ def run(args, env: dict[str, str]) -> None:
     started = time.monotonic()
     load_scenario(servers=args.agents)
     print(f"set-up: scenario with {args.agents} web servers in {time.monotonic() - started:.1f} s")
-    console = start_console(env, args.workers, args.web)
+    console = Console(env, args.workers, args.web)
     stats_dir = tempfile.mkdtemp(prefix="sn-fleet-bench-")
     fleet, phases = None, None
     try:
         wait_for_tree_idle(timeout_s=300)
-        fleet, phases = connect_fleet(args, env, console, stats_dir)
+        idle_rss = rss_bytes([p.pid for p in console.web])
+        fleet, phases, logged_in = connect_fleet(args, env, console, stats_dir)
+        print_memory_per_agent(console, idle_rss, args.agents)
         wait_for_tree_idle(timeout_s=300)
         iis = Client.objects.filter(name__startswith="web-", attribute_values__name="software",
                                     attribute_values__value="IIS").count()  # fmt: skip
         rounds = partial(publish_rounds, args.rounds, args.agents, iis)
         phases.measure("rounds (alert, command)", rounds)
+        print_cpu_per_answered_delivery(phases)
         ids = list(Client.objects.filter(name__startswith="web-").values_list("id", flat=True))
         phases.measure("baseline (bare pushes)", lambda: push_baseline(args.rounds, ids))
+        if args.outage:
+            come_back_after_an_outage(console, logged_in, args.agents)
     finally:
         stop([fleet])  # first: its agents write what they received as they stop
-        stop(console)
+        stop(console.processes)
     report(args, stats_dir, iis, phases)
 
 
-def connect_fleet(args, env, console, stats_dir):
-    """Start the fleet, print how fast it logged in and advertised; the fleet and the
-    phases' CPU accounting (whose first phase this is)."""
+def rss_bytes(pids: list[int]) -> int:
+    """The resident memory of these processes, as /proc has it."""
+    total = 0
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) * 1024
+    return total
+
+
+def print_memory_per_agent(console: Console, idle_rss: int, agents: int) -> None:
+    """The web processes' memory over the sockets they hold: all of it, and what the
+    connections added to the processes as they were before."""
+    rss = rss_bytes([p.pid for p in console.web])
+    print(f"{'server memory per connected agent':>34}: {rss / agents / 1024:.1f} KB"
+          f" (web RSS {rss / 2**20:.0f} MB over {agents} sockets;"
+          f" {(rss - idle_rss) / agents / 1024:.1f} KB each beyond the idle processes'"
+          f" {idle_rss / 2**20:.0f} MB)", flush=True)  # fmt: skip
+
+
+SERVER_PARTS = ("web", "workers", "pg+redis")
+
+
+def print_cpu_per_answered_delivery(phases: Phases) -> None:
+    """The server's CPU time in the rounds (the fleet and the bench apart) over the
+    deliveries that were answered in them."""
+    from broker.models import Delivery
+
+    answered = Delivery.objects.filter(
+        state__in=("acked", "failed"), event__content__bench__in=["alert", "command"]
+    ).count()
+    _, _, spent = phases.rows[-1]
+    per_delivery_ms = {part: spent[part] * 1000 / max(answered, 1) for part in SERVER_PARTS}
+    parts = ", ".join(f"{part} {ms:.2f}" for part, ms in per_delivery_ms.items())
+    server = sum(spent[part] for part in SERVER_PARTS)
+    print(f"{'server CPU per answered delivery':>34}: {sum(per_delivery_ms.values()):.2f} ms"
+          f" ({parts}; {server:.2f} s over {answered} answered)", flush=True)  # fmt: skip
+
+
+class LoggedIn:
+    """How many of the fleet's agents are logged in, as its processes say each time it
+    changes (demo/simulator.py); read from the fleet's output in a thread of its own."""
+
+    def __init__(self, fleet: subprocess.Popen) -> None:
+        self.latest: dict[int, dict] = {}  # fleet process -> its latest report
+        self.thread = threading.Thread(target=self._read, args=(fleet,), daemon=True)
+        self.thread.start()
+
+    def _read(self, fleet: subprocess.Popen) -> None:
+        for line in fleet.stdout:
+            if line.startswith("{") and "logged_in" in line:
+                report = json.loads(line)
+                self.latest[report["fleet"]] = report
+
+    def all_back_since(self, since: float, agents: int) -> float | None:
+        """When the last agent was logged in again, if all are and every fleet process
+        said so after `since` (unix time); else None."""
+        reports = list(self.latest.values())
+        back = sum(r["logged_in"] for r in reports) == agents
+        if back and reports and all(r["at"] > since for r in reports):
+            return max(r["at"] for r in reports)
+        return None
+
+
+def come_back_after_an_outage(console: Console, logged_in: LoggedIn, agents: int) -> None:
+    """Kill every web process at once, start them again, and time until every agent
+    is logged in again."""
+    killed_at = time.time()
+    console.kill_web()
+    console.start_web_again()
+    deadline = time.monotonic() + OUTAGE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        back_at = logged_in.all_back_since(killed_at, agents)
+        if back_at is not None:
+            print(f"{'back after every web process died':>34}: all {agents} agents logged in"
+                  f" again {back_at - killed_at:.1f} s after the kill", flush=True)  # fmt: skip
+            return
+        time.sleep(0.2)
+    now = sum(r["logged_in"] for r in logged_in.latest.values())
+    print(f"  warning: {now} of {agents} agents logged in {OUTAGE_TIMEOUT_S:g} s after the kill")
+
+
+def connect_fleet(args, env, console: Console, stats_dir):
+    """Start the fleet, print how fast it logged in and advertised; the fleet, the
+    phases' CPU accounting (whose first phase this is) and who is logged in."""
     parts = {
-        "web": [p.pid for p in console[: args.web]],
-        "workers": [p.pid for p in console[args.web :]],
+        "web": [p.pid for p in console.web],
+        "workers": [p.pid for p in console.workers],
         "fleet": [],
         "pg+redis": server_pids(),
         "bench": [os.getpid()],
@@ -286,7 +408,7 @@ def connect_fleet(args, env, console, stats_dir):
           f" ({args.agents / connect_s:.0f} per second; {wall_s:.1f} s with provisioning)",
           flush=True)  # fmt: skip
     print(f"{'sockets per web process':>34}: {sockets_per_process()}", flush=True)
-    return fleet, phases
+    return fleet, phases, LoggedIn(fleet)
 
 
 def sockets_per_process() -> list[int]:
@@ -348,7 +470,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--web", type=int, default=1, help="Daphne processes (one socket)")
+    parser.add_argument(
+        "--no-outage", dest="outage", action="store_false",
+        help="skip the last phase: every web process killed, the fleet timed coming back",
+    )  # fmt: skip
     args = parser.parse_args()
+    stop_on_sigterm()
     env = dict(os.environ)
     env.setdefault("SECRET_KEY", secrets.token_urlsafe(40))
     env.setdefault("LOG_LEVEL", "WARNING")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -22,6 +23,16 @@ def start_process(argv: list[str], env: dict[str, str], **options) -> subprocess
     return subprocess.Popen(
         argv, env=env, cwd=ROOT, start_new_session=True, preexec_fn=die_with_parent, **options
     )
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM ends the bench as Ctrl-C does: through its `finally` blocks, which stop
+    every process and private server it started (a plain SIGTERM would leave them)."""
+
+    def interrupt(signum, frame) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def start_fleet(

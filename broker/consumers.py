@@ -89,6 +89,8 @@ SOCKET_CLOSED = (Disconnected, OSError)
 _confirmations = GroupCommit(in_thread(confirm_receipts), key=lambda c: c.client.pk)
 _answers = GroupCommit(in_thread(acknowledge_deliveries), key=lambda a: a.delivery_id)
 logger = logging.getLogger(__name__)
+# The logins running in this process, at most AGENT_LOGINS_AT_ONCE.
+_logins = protocol.LoginGate(settings.AGENT_LOGINS_AT_ONCE)
 # Presence writes running in the background: kept here so that they are not collected
 # before they finish (the event loop holds tasks only weakly).
 _presence_writes: set[asyncio.Task] = set()
@@ -169,10 +171,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self._send({**reply, "ref": request.ref})
 
     async def _refuse(self, error: BrokerError, ref: Any) -> None:
-        """Say what was wrong; a client that has not logged in is disconnected."""
+        """Say what was wrong; a client that has not logged in is disconnected (told
+        to try again later when the console was busy, not that it was refused)."""
         await self._send(protocol.error_frame(error, ref))
         if self.client is None:
-            await self.close(code=protocol.CLOSE_UNAUTHENTICATED)
+            busy = isinstance(error, protocol.Busy)
+            await self.close(
+                code=protocol.CLOSE_TRY_AGAIN_LATER if busy else protocol.CLOSE_UNAUTHENTICATED
+            )
 
     async def _refuse_after_failure(self, ref: Any) -> None:
         """The last line of defence: a failure while handling a frame is logged and
@@ -212,10 +218,16 @@ class AgentConsumer(AsyncWebsocketConsumer):
         legacy_after = request.optional(
             "after", int, "a whole number, the last delivery id received", None
         )
+        with _logins.admitted():
+            await self._log_in(request.ref, token, after, legacy_after)
+
+    async def _log_in(
+        self, ref: Any, token: str, after: int | None, legacy_after: int | None
+    ) -> None:
         peer = "{}:{}".format(*(self.scope.get("client") or ("?", "?")))
         # From the join on, pushes come through the local fan-out and wait for the
         # replay. Half a login (say Redis failed to join the group) is no login: the
-        # agent is told to try again later (1013), not left without its live stream.
+        # agent is told to try again later (4503), not left without its live stream.
         self.channel_layer.deliver_locally(self.channel_name, PUSH_TYPE, self._pushed)
         async with self._pushes_held():
             opened = await in_thread(agents.start_session)(
@@ -228,9 +240,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
             self.client, self.token = opened.client, token
             self.actor = Actor("client", self.client.name)
             try:
-                await self._send(self._welcome(request.ref, opened.last_position))
+                await self._send(self._welcome(ref, opened.last_position))
                 await self._replay(
-                    opened.after_position, request.ref, opened.last_position, opened.first_page
+                    opened.after_position, ref, opened.last_position, opened.first_page
                 )
             except Exception:
                 self.client = self.actor = None

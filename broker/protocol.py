@@ -7,7 +7,11 @@ requests. Every refusal is an `error` frame naming the offending field.
 
 from __future__ import annotations
 
+import math
+import random
 import time
+from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +32,9 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_LOGIN_TIMEOUT = 4408
 CLOSE_ABUSIVE = 4429
 CLOSE_REVOKED = 4403
-CLOSE_TRY_AGAIN_LATER = 1013  # the server failed before login (WebSocket's own code)
+# Failed or busy before login: try again later. Not WebSocket's own 1013: Daphne's
+# WebSocket layer (autobahn) sends only 1000 and 3000-4999, and turned 1013 into 1011.
+CLOSE_TRY_AGAIN_LATER = 4503
 
 CLIENT_TYPES = frozenset(
     {"login", "advertise", "update", "policy", "publish", "ack", "heartbeat", "received", "resend"}
@@ -54,6 +60,69 @@ class InternalError(BrokerError):
     should ever cause this, and the session goes on."""
 
     code = "internal"
+
+
+class Busy(BrokerError):
+    """Too many logins at once in this web process: the agent is told when to come
+    back (`retry_after_s`) at once, instead of waiting until its login times out."""
+
+    code = "busy"
+
+    def __init__(self, retry_after_s: float) -> None:
+        super().__init__(
+            f"this console is logging in many agents at once: try again in {retry_after_s:g} s"
+        )
+        self.retry_after_s = retry_after_s
+
+    def as_dict(self) -> dict:
+        return {**super().as_dict(), "retry_after_s": self.retry_after_s}
+
+
+class LoginGate:
+    """At most `limit` logins at once in one process. Beyond it a login is refused
+    with a time to come back, drawn at random over how long the logins already asked
+    for would take at the rate they have been finishing, so that a fleet that comes
+    back at once (after an outage) is spread over that time instead of all retrying
+    together."""
+
+    RATE_WINDOW_S = 5.0  # logins finished over this long give the rate
+    # Refusals over this long are the crowd still to come: a refused agent is back
+    # after a second or more, so it is counted about once.
+    REFUSED_WINDOW_S = 2.0
+    ASSUMED_RATE = 200.0  # logins a second, until enough have finished to measure
+    LONGEST_WAIT_S = 60.0
+
+    def __init__(self, limit: int, rng: random.Random | None = None) -> None:
+        self.limit = limit
+        self.running = 0
+        self.finished: deque[float] = deque()  # when each recent login finished
+        self.refused: deque[float] = deque()  # when each recent refusal was made
+        self.rng = rng or random.Random()
+
+    @contextmanager
+    def admitted(self):
+        """Around one login: raises Busy when `limit` are running already."""
+        if self.running >= self.limit:
+            raise Busy(self._retry_after())
+        self.running += 1
+        try:
+            yield
+        finally:
+            self.running -= 1
+            self.finished.append(time.monotonic())
+
+    def _retry_after(self) -> float:
+        now = time.monotonic()
+        self.refused.append(now)
+        for recent, window_s in ((self.finished, self.RATE_WINDOW_S),
+                                 (self.refused, self.REFUSED_WINDOW_S)):  # fmt: skip
+            while recent and recent[0] < now - window_s:
+                recent.popleft()
+        rate = len(self.finished) / self.RATE_WINDOW_S
+        if len(self.finished) < 10:
+            rate = self.ASSUMED_RATE
+        backlog_s = min(self.LONGEST_WAIT_S, (self.running + len(self.refused)) / rate)
+        return math.ceil(self.rng.uniform(1.0, max(1.0, backlog_s)) * 10) / 10
 
 
 @dataclass

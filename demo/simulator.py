@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import resource
 import shutil
@@ -47,6 +48,9 @@ CONNECT_SPREAD_S = 0.0005
 CGI_READ_EVERY_S = 2.0
 # How long a stopped fleet waits for what is left before it exits anyway.
 FINISH_TIMEOUT_S = 10.0
+# How often a fleet process looks how many of its agents are logged in (and says so,
+# when it changed: the benchmarks time how long a fleet takes to come back).
+LIVE_CHECK_S = 0.2
 
 
 class SimulatedServer(AgentService):
@@ -180,6 +184,8 @@ async def run_fleet(spec: dict, root: Path) -> list[SimulatedServer]:
     login_s = max(s.logged_in_at for s in servers) - started
     print(json.dumps({"ready": len(servers), "login_s": round(login_s, 3),
                       "connect_s": round(time.monotonic() - started, 3)}), flush=True)  # fmt: skip
+    if spec.get("stats"):  # a benchmark watches: it times how fast the fleet comes back
+        tasks.append(asyncio.ensure_future(say_how_many_are_logged_in(servers)))
     try:
         await asyncio.gather(*tasks)
     except asyncio.CancelledError:  # stopped: each agent finishes its action, then ends
@@ -187,6 +193,19 @@ async def run_fleet(spec: dict, root: Path) -> list[SimulatedServer]:
             server.stop()
         await asyncio.gather(*tasks, return_exceptions=True)
     return servers
+
+
+async def say_how_many_are_logged_in(servers: list[SimulatedServer]) -> None:
+    """A JSON line {"fleet": pid, "agents": N, "logged_in": n, "at": unix time}
+    whenever the number of this process's agents logged in has changed."""
+    said = len(servers)
+    while True:
+        await asyncio.sleep(LIVE_CHECK_S)
+        now = sum(1 for s in servers if s.agent is not None and s.agent.logged_in)
+        if now != said:
+            report = {"fleet": os.getpid(), "agents": len(servers), "logged_in": now}
+            print(json.dumps({**report, "at": time.time()}), flush=True)
+            said = now
 
 
 async def _serve(server: SimulatedServer, delay_s: float) -> None:

@@ -262,3 +262,63 @@ def test_cancelling_a_request_as_its_answer_arrives_is_never_swallowed():
         return False
 
     assert run(scenario())
+
+
+def busy(retry_after_s) -> Script:
+    """A console busy with other logins: it says when to come back, and closes 4503."""
+
+    async def script(socket, login, server) -> None:
+        refusal = {"type": "error", "ref": login["ref"], "code": "busy", "field": None}
+        refusal.update(message="try again later", retry_after_s=retry_after_s)
+        await send(socket, refusal)
+        await socket.close(code=4503, reason="try again later")
+
+    return script
+
+
+class TimedServer(FakeServer):
+    """Records when each login arrived."""
+
+    def __init__(self, *scripts: Script) -> None:
+        super().__init__(*scripts)
+        self.login_times: list[float] = []
+
+    async def handle(self, socket: ServerConnection) -> None:
+        self.login_times.append(asyncio.get_running_loop().time())
+        await super().handle(socket)
+
+
+def test_an_agent_told_the_console_is_busy_comes_back_no_sooner_than_asked():
+    server = TimedServer(busy(0.4), busy(0.3), push(1))
+    taken = run(received_by_application(server, 1))
+    assert [n.position for n in taken] == [1]
+    first, second, third = server.login_times
+    assert second - first >= 0.4 and third - second >= 0.3
+
+
+@pytest.mark.parametrize(
+    ("asked", "waits_at_least", "waits_at_most"),
+    [
+        (3, 3.0, 3.5),
+        (2.5, 2.5, 3.0),
+        (-4, 0.0, 0.5),  # nonsense from a server is no reason to hurry or stall
+        (float("nan"), 0.0, 0.5),
+        (True, 0.0, 0.5),
+        ("3", 0.0, 0.5),
+        (None, 0.0, 0.5),
+        (10**9, 60.0, 60.5),
+    ],
+)
+def test_the_wait_before_reconnecting_is_what_was_asked_plus_a_random_share_of_the_backoff(
+    asked, waits_at_least, waits_at_most
+):
+    refusal = library.AgentError({"code": "busy", "message": "busy", "retry_after_s": asked})
+    for _ in range(50):
+        wait = library.reconnect_wait(0.5, asked_s=library._asked_to_wait(refusal))
+        assert waits_at_least <= wait <= waits_at_most
+
+
+def test_agents_that_lost_their_connections_together_do_not_come_back_together():
+    waits = [library.reconnect_wait(8.0) for _ in range(1000)]
+    assert min(waits) < 1.0 and max(waits) > 7.0
+    assert 3.0 < sum(waits) / len(waits) < 5.0

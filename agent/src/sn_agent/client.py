@@ -19,6 +19,7 @@ import inspect
 import itertools
 import json
 import logging
+import random
 import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Tuple, Union
@@ -111,12 +112,16 @@ class _Session:
         self.pending: dict[str, asyncio.Future] = {}
         self.ended: asyncio.Future = asyncio.get_running_loop().create_future()
         self.tasks: list[asyncio.Task] = []
+        self.welcomed = False  # its login was accepted
 
     def end(self, error: BaseException) -> None:
         """Fail the requests still waiting and record why the session ended."""
         for future in self.pending.values():
             if not future.done():
                 future.set_exception(error)
+                # Read here, so that a request that was given up meanwhile (its caller
+                # cancelled) does not leave an exception nobody retrieved.
+                future.exception()
         self.pending.clear()
         if not self.ended.done():
             self.ended.set_result(error)
@@ -183,6 +188,11 @@ class Agent:
     def connected(self) -> bool:
         return self._session is not None and not self._session.ended.done()
 
+    @property
+    def logged_in(self) -> bool:
+        """Connected, and the server accepted this session's login."""
+        return self.connected and self._session.welcomed
+
     async def connect(self) -> dict:
         """Open a session and log in (closing any session still open first); return
         the server's welcome frame."""
@@ -202,6 +212,7 @@ class Agent:
         except BaseException:
             await self._end_session()
             raise
+        session.welcomed = True
         session.tasks.append(asyncio.create_task(self._heartbeat(session)))
         return self.welcome
 
@@ -339,8 +350,9 @@ class Agent:
                 if final or not reconnect:
                     raise
                 await self._end_session()
-                log.warning("connection lost (%s); again in %.1f s", error, delay)
-                await asyncio.sleep(delay)
+                wait = reconnect_wait(delay, asked_s=_asked_to_wait(error))
+                log.warning("connection lost (%s); again in %.1f s", error, wait)
+                await asyncio.sleep(wait)
                 delay = min(delay * 2, RECONNECT_MAX_S)
 
     async def _handle(self, handler: Handler | None, notification: Notification) -> None:
@@ -504,6 +516,23 @@ async def _outcome(handler: Handler | None, notification: Notification) -> Resul
     """What a handler, plain or async, made of a notification (None without one)."""
     outcome = handler(notification) if handler is not None else None
     return await outcome if inspect.isawaitable(outcome) else outcome
+
+
+def reconnect_wait(ceiling_s: float, *, asked_s: float = 0.0) -> float:
+    """How long to wait before connecting again: what the server asked (a `busy`
+    refusal), plus a random share of the back-off's ceiling, so that a fleet that lost
+    its connections together does not come back together ("full jitter")."""
+    return asked_s + random.uniform(0.0, ceiling_s)
+
+
+def _asked_to_wait(error: BaseException) -> float:
+    """The seconds a `busy` refusal asked this agent to stay away (0 for any other)."""
+    if not (isinstance(error, AgentError) and error.code == "busy"):
+        return 0.0
+    asked = error.frame.get("retry_after_s")
+    if isinstance(asked, bool) or not isinstance(asked, (int, float)) or asked != asked:
+        return 0.0
+    return min(max(float(asked), 0.0), 2 * RECONNECT_MAX_S)
 
 
 def _closing_error(closed: ConnectionClosed | None, socket=None) -> BaseException:
