@@ -69,8 +69,9 @@ class Console:
     """`web` Daphne processes sharing one listening socket (kept, so that they can be
     killed and started again on it), and Celery workers for the tree."""
 
-    def __init__(self, env: dict[str, str], workers: int, web: int) -> None:
+    def __init__(self, env: dict[str, str], workers: int, web: int, asgi: str) -> None:
         self.env = env
+        self.asgi = asgi
         self.listener = listening_socket("127.0.0.1", PORT)
         self.log = open(ROOT / "var" / "bench" / "daphne.log", "w")  # noqa: SIM115 (kept open)
         self.web = [self._start_web() for _ in range(web)]
@@ -81,10 +82,11 @@ class Console:
 
     def _start_web(self) -> subprocess.Popen:
         fd = str(self.listener.fileno())
-        if os.environ.get("BENCH_ASGI") == "uvicorn":
+        if self.asgi == "uvicorn":  # measured beside Daphne (docs/benchmarks.md)
             argv = [str(Path(sys.executable).parent / "uvicorn"), "--fd", fd, "--loop", "uvloop",
                     "--http", "httptools", "--ws", "websockets", "--no-access-log",
-                    "--lifespan", "off", "console.asgi:application"]  # fmt: skip
+                    "--lifespan", "off", "--timeout-graceful-shutdown", "5",
+                    "console.asgi:application"]  # fmt: skip
         else:
             argv = [str(Path(sys.executable).parent / "daphne"), "--fd", fd]
             argv.append("console.asgi:application")
@@ -271,7 +273,7 @@ def run(args, env: dict[str, str]) -> None:
     started = time.monotonic()
     load_scenario(servers=args.agents)
     print(f"set-up: scenario with {args.agents} web servers in {time.monotonic() - started:.1f} s")
-    console = Console(env, args.workers, args.web)
+    console = Console(env, args.workers, args.web, args.asgi)
     stats_dir = tempfile.mkdtemp(prefix="sn-fleet-bench-")
     fleet, phases = None, None
     try:
@@ -471,6 +473,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--web", type=int, default=1, help="Daphne processes (one socket)")
     parser.add_argument(
+        "--asgi", choices=("daphne", "uvicorn"), default="daphne",
+        help="the web processes' ASGI server (the console runs Daphne)",
+    )  # fmt: skip
+    parser.add_argument(
         "--no-outage", dest="outage", action="store_false",
         help="skip the last phase: every web process killed, the fleet timed coming back",
     )  # fmt: skip
@@ -482,7 +488,7 @@ def main() -> None:
     started = provide_services(env)
     print(
         f"fleet: {args.agents} agents in {args.processes} processes, {args.workers} workers,"
-        f" {args.web} Daphne, {args.rounds} rounds",
+        f" {args.web} {args.asgi}, {args.rounds} rounds",
         flush=True,
     )
     try:

@@ -89,7 +89,7 @@ SOCKET_CLOSED = (Disconnected, OSError)
 _confirmations = GroupCommit(in_thread(confirm_receipts), key=lambda c: c.client.pk)
 _answers = GroupCommit(in_thread(acknowledge_deliveries), key=lambda a: a.delivery_id)
 logger = logging.getLogger(__name__)
-# The logins running in this process, at most AGENT_LOGINS_AT_ONCE.
+# The connections of this process waiting to log in, at most AGENT_LOGINS_AT_ONCE.
 _logins = protocol.LoginGate(settings.AGENT_LOGINS_AT_ONCE)
 # Presence writes running in the background: kept here so that they are not collected
 # before they finish (the event loop holds tasks only weakly).
@@ -111,11 +111,26 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.session_recorded = False
         self.last_presence_write: asyncio.Task | None = None
         self.seen_at = 0.0  # time.monotonic() of the last presence write
+        self.login_deadline: asyncio.Task | None = None
+        self.waiting_to_log_in = False
         await self.accept()
+        try:
+            _logins.arrive()
+        except protocol.Busy as busy:
+            await self._refuse(busy, None)
+            return
+        self.waiting_to_log_in = True
         self.login_deadline = asyncio.create_task(self._close_unless_logged_in())
 
+    def _done_waiting(self, *, logged_in: bool) -> None:
+        if self.waiting_to_log_in:
+            self.waiting_to_log_in = False
+            _logins.leave(logged_in=logged_in)
+
     async def disconnect(self, code: int) -> None:
-        self.login_deadline.cancel()
+        self._done_waiting(logged_in=False)
+        if self.login_deadline is not None:
+            self.login_deadline.cancel()
         self.channel_layer.stop_delivering_locally(self.channel_name, PUSH_TYPE)
         if self.session_recorded:
             self._record_presence(presence.session_closed)
@@ -213,13 +228,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
     async def on_login(self, request: Request) -> None:
         if self.client is not None:
             raise BrokerError("this connection is already logged in", field="type")
+        if not self.waiting_to_log_in:  # refused as busy when it connected: closing
+            return
         token = request.require("token", str, "a client token")
         after = _after_position(request, required=False)
         legacy_after = request.optional(
             "after", int, "a whole number, the last delivery id received", None
         )
-        with _logins.admitted():
-            await self._log_in(request.ref, token, after, legacy_after)
+        await self._log_in(request.ref, token, after, legacy_after)
 
     async def _log_in(
         self, ref: Any, token: str, after: int | None, legacy_after: int | None
@@ -248,6 +264,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 self.client = self.actor = None
                 raise
         self.login_deadline.cancel()
+        self._done_waiting(logged_in=True)
         self.session_recorded = True
         self._record_presence(presence.session_opened, peer=peer)
 

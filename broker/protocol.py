@@ -11,7 +11,6 @@ import math
 import random
 import time
 from collections import deque
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,8 +62,9 @@ class InternalError(BrokerError):
 
 
 class Busy(BrokerError):
-    """Too many logins at once in this web process: the agent is told when to come
-    back (`retry_after_s`) at once, instead of waiting until its login times out."""
+    """Too many agents logging in at once in this web process: the agent is told when
+    to come back (`retry_after_s`) at once, instead of waiting until its login times
+    out."""
 
     code = "busy"
 
@@ -79,11 +79,12 @@ class Busy(BrokerError):
 
 
 class LoginGate:
-    """At most `limit` logins at once in one process. Beyond it a login is refused
-    with a time to come back, drawn at random over how long the logins already asked
-    for would take at the rate they have been finishing, so that a fleet that comes
-    back at once (after an outage) is spread over that time instead of all retrying
-    together."""
+    """At most `limit` connections of one process waiting to be logged in (connected,
+    login not yet done). Beyond it a connection is refused at once with a time to
+    come back, drawn at random over how long those already waiting would take at the
+    rate logins have been finishing, so that a fleet that comes back at once (after an
+    outage) is spread over that time instead of all retrying together, and no agent
+    waits on a crowded process until its login times out."""
 
     RATE_WINDOW_S = 5.0  # logins finished over this long give the rate
     # Refusals over this long are the crowd still to come: a refused agent is back
@@ -94,21 +95,21 @@ class LoginGate:
 
     def __init__(self, limit: int, rng: random.Random | None = None) -> None:
         self.limit = limit
-        self.running = 0
+        self.waiting = 0
         self.finished: deque[float] = deque()  # when each recent login finished
         self.refused: deque[float] = deque()  # when each recent refusal was made
         self.rng = rng or random.Random()
 
-    @contextmanager
-    def admitted(self):
-        """Around one login: raises Busy when `limit` are running already."""
-        if self.running >= self.limit:
+    def arrive(self) -> None:
+        """A connection that will log in: raises Busy when `limit` are waiting."""
+        if self.waiting >= self.limit:
             raise Busy(self._retry_after())
-        self.running += 1
-        try:
-            yield
-        finally:
-            self.running -= 1
+        self.waiting += 1
+
+    def leave(self, *, logged_in: bool) -> None:
+        """An arrived connection logged in, or went away without."""
+        self.waiting -= 1
+        if logged_in:
             self.finished.append(time.monotonic())
 
     def _retry_after(self) -> float:
@@ -118,10 +119,10 @@ class LoginGate:
                                  (self.refused, self.REFUSED_WINDOW_S)):  # fmt: skip
             while recent and recent[0] < now - window_s:
                 recent.popleft()
-        rate = len(self.finished) / self.RATE_WINDOW_S
-        if len(self.finished) < 10:
-            rate = self.ASSUMED_RATE
-        backlog_s = min(self.LONGEST_WAIT_S, (self.running + len(self.refused)) / rate)
+        rate = self.ASSUMED_RATE
+        if len(self.finished) >= 10:  # over the time they took, not the whole window
+            rate = len(self.finished) / max(now - self.finished[0], 1.0)
+        backlog_s = min(self.LONGEST_WAIT_S, (self.waiting + len(self.refused)) / rate)
         return math.ceil(self.rng.uniform(1.0, max(1.0, backlog_s)) * 10) / 10
 
 

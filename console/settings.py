@@ -343,9 +343,9 @@ OPERATOR_TOKEN_DAYS = env_int("OPERATOR_TOKEN_DAYS", 90, minimum=1)
 
 # Agents (broker/consumers.py) must log in this soon after connecting.
 AGENT_LOGIN_TIMEOUT_S = env_int("AGENT_LOGIN_TIMEOUT_S", 10, minimum=1)
-# Logins a web process runs at once; beyond, an agent is told to try again in a few
-# seconds (4503, `busy`) rather than wait until its login times out: a fleet coming
-# back after an outage is spread out instead of stampeding.
+# Connections a web process lets wait to log in at once; beyond, a new one is told to
+# try again in a few seconds (4503, `busy`) rather than wait until its login times out:
+# a fleet coming back after an outage is spread out instead of stampeding.
 AGENT_LOGINS_AT_ONCE = env_int("AGENT_LOGINS_AT_ONCE", 500, minimum=1)
 # Agents confirm what they have at least this often when idle (their heartbeat).
 AGENT_HEARTBEAT_S = env_int("AGENT_HEARTBEAT_S", 10, minimum=1)

@@ -182,8 +182,8 @@ async def run_fleet(spec: dict, root: Path) -> list[SimulatedServer]:
     tasks = [asyncio.ensure_future(_serve(s, i * CONNECT_SPREAD_S)) for i, s in enumerate(servers)]
     await asyncio.gather(*(s.ready.wait() for s in servers))
     login_s = max(s.logged_in_at for s in servers) - started
-    print(json.dumps({"ready": len(servers), "login_s": round(login_s, 3),
-                      "connect_s": round(time.monotonic() - started, 3)}), flush=True)  # fmt: skip
+    say({"ready": len(servers), "login_s": round(login_s, 3),
+         "connect_s": round(time.monotonic() - started, 3)})  # fmt: skip
     if spec.get("stats"):  # a benchmark watches: it times how fast the fleet comes back
         tasks.append(asyncio.ensure_future(say_how_many_are_logged_in(servers)))
     try:
@@ -195,6 +195,14 @@ async def run_fleet(spec: dict, root: Path) -> list[SimulatedServer]:
     return servers
 
 
+def say(report: dict) -> None:
+    """One JSON line on standard output, in one write: the fleet's processes share it,
+    and print() writes the text and its newline apart when output is unbuffered, so
+    another process's line could land between them."""
+    sys.stdout.write(json.dumps(report) + "\n")
+    sys.stdout.flush()
+
+
 async def say_how_many_are_logged_in(servers: list[SimulatedServer]) -> None:
     """A JSON line {"fleet": pid, "agents": N, "logged_in": n, "at": unix time}
     whenever the number of this process's agents logged in has changed."""
@@ -204,7 +212,7 @@ async def say_how_many_are_logged_in(servers: list[SimulatedServer]) -> None:
         now = sum(1 for s in servers if s.agent is not None and s.agent.logged_in)
         if now != said:
             report = {"fleet": os.getpid(), "agents": len(servers), "logged_in": now}
-            print(json.dumps({**report, "at": time.time()}), flush=True)
+            say({**report, "at": time.time()})
             said = now
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -322,6 +323,11 @@ def state_attributes(*, client: Client, values: Mapping[str, Any], actor: Actor)
     ):
         checked = check_values(declared_types(client), values)
         _refuse_reserved(client, checked)
+    if _stated_already(client, checked):
+        # An agent states its whole model at every login: the same values again change
+        # nothing, so nothing is written (no history, audit entry or work for the tree),
+        # which a fleet reconnecting at once would otherwise pay for each of its agents.
+        return
     with transaction.atomic():
         write_values(client, checked, source=AttributeValue.Source.CLIENT)
         audit.record_change(
@@ -331,6 +337,27 @@ def state_attributes(*, client: Client, values: Mapping[str, Any], actor: Actor)
             details={"values": checked},
         )
         entry.client_changed(client)
+
+
+def _stated_already(client: Client, values: Mapping[str, Any]) -> bool:
+    """Whether the client itself states exactly these values now, none revoked or
+    expiring (JSON-equal: 1 is not 1.0, nor true)."""
+    held = dict(
+        AttributeValue.objects.filter(
+            client=client,
+            name__in=list(values),
+            source=AttributeValue.Source.CLIENT,
+            revoked_at__isnull=True,
+            expires_at__isnull=True,
+        ).values_list("name", "value")
+    )
+    return held.keys() == values.keys() and all(
+        _as_json(held[name]) == _as_json(value) for name, value in values.items()
+    )
+
+
+def _as_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
 
 
 def _refuse_reserved(client: Client, values: Mapping[str, Any]) -> None:

@@ -28,6 +28,10 @@ def set_policy(*, client: Client, text: str, actor: Actor) -> PolicyVersion:
     ):
         if not client.can_receive:
             raise NotAuthorised(f"{client.name} is not a receiver", field="policy")
+        current = client.policy_versions.order_by("-version").first()
+        if current is not None and current.text == text:
+            # Found before parsing and locking: every agent's login states its policy.
+            return current
         canonical = canonical_policy(text)
     with transaction.atomic():
         # Lock the client row: two concurrent updates must not take the same number.

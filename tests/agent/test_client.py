@@ -264,11 +264,13 @@ def test_cancelling_a_request_as_its_answer_arrives_is_never_swallowed():
     assert run(scenario())
 
 
-def busy(retry_after_s) -> Script:
-    """A console busy with other logins: it says when to come back, and closes 4503."""
+def busy(retry_after_s, *, answering_the_login: bool = True) -> Script:
+    """A console busy with other logins: it says when to come back, as the answer to
+    the login or as the connection opens (no ref), and closes 4503."""
 
     async def script(socket, login, server) -> None:
-        refusal = {"type": "error", "ref": login["ref"], "code": "busy", "field": None}
+        ref = login["ref"] if answering_the_login else None
+        refusal = {"type": "error", "ref": ref, "code": "busy", "field": None}
         refusal.update(message="try again later", retry_after_s=retry_after_s)
         await send(socket, refusal)
         await socket.close(code=4503, reason="try again later")
@@ -289,7 +291,7 @@ class TimedServer(FakeServer):
 
 
 def test_an_agent_told_the_console_is_busy_comes_back_no_sooner_than_asked():
-    server = TimedServer(busy(0.4), busy(0.3), push(1))
+    server = TimedServer(busy(0.4), busy(0.3, answering_the_login=False), push(1))
     taken = run(received_by_application(server, 1))
     assert [n.position for n in taken] == [1]
     first, second, third = server.login_times

@@ -4,7 +4,7 @@ import pytest
 
 from broker.audit import Actor
 from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
-from broker.models import AuditEntry, ClientModel, ClientToken
+from broker.models import AttributeHistory, AuditEntry, ClientChange, ClientModel, ClientToken
 from broker.reads.clients import current_attributes
 from broker.services.clients import (
     AttributeSpec,
@@ -118,6 +118,31 @@ def test_a_wrong_secret_is_refused_and_audited(server):
 def test_a_client_states_its_own_attributes(server):
     state_attributes(client=server, values={"software": "IIS", "load": 0.4}, actor=OPERATOR)
     assert current_attributes(server) == {"software": "IIS", "load": 0.4}
+
+
+def test_stating_the_same_values_again_writes_nothing(server):
+    """As every agent does at every login: no history row, no audit entry, no change
+    for the tree to route."""
+    values = {"software": "IIS", "load": 0.4, "cgi": True}
+    state_attributes(client=server, values=values, actor=OPERATOR)
+    written = rows_written()
+    state_attributes(client=server, values=dict(values), actor=OPERATOR)
+    assert rows_written() == written
+
+
+def rows_written() -> tuple[int, int, int]:
+    models = (AttributeHistory, AuditEntry, ClientChange)
+    return tuple(model.objects.count() for model in models)
+
+
+@pytest.mark.parametrize("changed", [{"load": 0.5}, {"software": "Apache"}, {"cgi": False}])
+def test_a_value_that_changed_is_written(server, changed):
+    stated = {"software": "IIS", "load": 1, "cgi": True}
+    state_attributes(client=server, values=stated, actor=OPERATOR)
+    before = AuditEntry.objects.count()
+    state_attributes(client=server, values={**stated, **changed}, actor=OPERATOR)
+    assert AuditEntry.objects.count() == before + 1
+    assert current_attributes(server) == {**stated, **changed}
 
 
 def test_claiming_a_reserved_attribute_refuses_everything_and_is_audited(server):

@@ -1,5 +1,6 @@
-"""The login gate (broker.protocol.LoginGate): at most so many logins at once in a web
-process; beyond, a refusal that says when to come back, spread over the backlog."""
+"""The login gate (broker.protocol.LoginGate): at most so many connections of a web
+process waiting to log in; beyond, a refusal that says when to come back, spread over
+the backlog."""
 
 from __future__ import annotations
 
@@ -10,23 +11,30 @@ import pytest
 from broker import protocol
 
 
-def test_logins_beyond_the_limit_are_refused_as_busy_and_admitted_once_one_finishes():
+def refused(gate: protocol.LoginGate) -> float:
+    """Arrive at a full gate: the wait it asks for."""
+    with pytest.raises(protocol.Busy) as busy:
+        gate.arrive()
+    assert busy.value.code == "busy"
+    return busy.value.retry_after_s
+
+
+def test_connections_beyond_the_limit_are_refused_as_busy_until_one_leaves():
     gate = protocol.LoginGate(2)
-    with gate.admitted(), gate.admitted():
-        with pytest.raises(protocol.Busy) as refused, gate.admitted():
-            pass
-        assert refused.value.code == "busy"
-    with gate.admitted():
-        assert gate.running == 1
-    assert gate.running == 0
+    gate.arrive()
+    gate.arrive()
+    refused(gate)
+    gate.leave(logged_in=True)
+    gate.arrive()
+    assert gate.waiting == 2
 
 
-def test_a_login_that_fails_still_frees_its_place():
+def test_a_connection_that_goes_away_without_logging_in_frees_its_place():
     gate = protocol.LoginGate(1)
-    with pytest.raises(RuntimeError), gate.admitted():
-        raise RuntimeError("the database is down")
-    with gate.admitted():
-        assert gate.running == 1
+    gate.arrive()
+    gate.leave(logged_in=False)
+    gate.arrive()
+    assert gate.waiting == 1 and not gate.finished
 
 
 def test_the_refusal_says_when_to_come_back_in_its_frame():
@@ -43,12 +51,8 @@ def test_the_refusal_says_when_to_come_back_in_its_frame():
 
 def test_a_crowd_of_refused_logins_is_told_to_come_back_over_the_time_the_backlog_takes():
     gate = protocol.LoginGate(1, rng=random.Random(7))
-    waits = []
-    with gate.admitted():
-        for _ in range(1000):
-            with pytest.raises(protocol.Busy) as refused, gate.admitted():
-                pass
-            waits.append(refused.value.retry_after_s)
+    gate.arrive()
+    waits = [refused(gate) for _ in range(1000)]
     # 1,000 refused at the assumed 200 logins a second: five seconds of backlog, and
     # no wait beyond it or below a second; the later refused, the wider the spread.
     assert min(waits) >= 1.0 and max(waits) <= 5.1
@@ -58,7 +62,17 @@ def test_a_crowd_of_refused_logins_is_told_to_come_back_over_the_time_the_backlo
 
 def test_no_refusal_asks_for_more_than_a_minute():
     gate = protocol.LoginGate(0)
-    for _ in range(20_000):
-        with pytest.raises(protocol.Busy) as refused, gate.admitted():
-            pass
-    assert refused.value.retry_after_s <= protocol.LoginGate.LONGEST_WAIT_S
+    waits = [refused(gate) for _ in range(20_000)]
+    assert max(waits) <= protocol.LoginGate.LONGEST_WAIT_S
+
+
+def test_the_wait_follows_the_rate_logins_finish_at_since_they_began_finishing():
+    gate = protocol.LoginGate(1, rng=random.Random(3))
+    for _ in range(50):  # fifty logins finished within the last moment: a fast console
+        gate.arrive()
+        gate.leave(logged_in=True)
+    gate.arrive()
+    waits = [refused(gate) for _ in range(200)]
+    # 50 a second at least (measured over a second, not the five-second window): the
+    # 200 refused take four seconds at most, not twenty.
+    assert max(waits) <= 4.1

@@ -3,12 +3,14 @@ commands by changing their attributes and reporting back."""
 
 from __future__ import annotations
 
+import json
+import queue
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
-from django.utils import timezone
 
 from broker.models import AttributeValue, Delivery
 from broker.reads.clients import current_attributes
@@ -41,23 +43,40 @@ def _running_fleet(asgi_server, *, signed: bool = False):
     if signed:
         ensure_signing_keys()
     wait_until_idle()
-    loaded_at = timezone.now()
     url = agent_url(asgi_server)
     argv = [
         sys.executable, str(ROOT / "manage.py"), "simulate_fleet", "--agents", "6",
         "--processes", "2", "--url", url, "--load-interval", "0.5",
     ]  # fmt: skip
-    process = subprocess.Popen(argv, env=environment_for_test_database(), cwd=ROOT)
+    process = subprocess.Popen(
+        argv, env=environment_for_test_database(), cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
     try:
-        wait_for(lambda: _stated_since(loaded_at) >= 6, "every agent advertised")
+        wait_until_ready(process, agents=6)
         yield scenario
     finally:
         stop_process(process)
         wait_until_idle()
 
 
-def _stated_since(moment) -> int:
-    return AttributeValue.objects.filter(name="hostname", set_at__gt=moment).count()
+def wait_until_ready(process: subprocess.Popen, *, agents: int, timeout_s: float = 30) -> None:
+    """Until the fleet's processes have said that all `agents` logged in and advertised
+    (a JSON line each, demo/simulator.py). A thread reads the fleet's output to its end,
+    so that the pipe never fills."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(
+        target=lambda: [lines.put(line) for line in process.stdout], daemon=True
+    ).start()
+    ready, deadline = 0, time.monotonic() + timeout_s
+    while ready < agents:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(
+                f"{ready} of {agents} agents ready after {timeout_s:g} s"
+            ) from None
+        if line.startswith("{"):
+            ready += json.loads(line).get("ready", 0)
 
 
 def answered(event, receivers: int) -> list[Delivery]:

@@ -71,6 +71,14 @@ class NotConnected(ConnectionError):
     """A request was made while no session is open."""
 
 
+class TryAgainLater(ConnectionError):
+    """The server was too busy to log this agent in and said when to come back."""
+
+    def __init__(self, retry_after_s: float, message: str) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 # Close codes after which reconnecting with the same token is pointless.
 FINAL_CLOSE_CODES = {4401, 4403, 4429}
 # What a lost connection looks like; run() reconnects after any of these.
@@ -113,6 +121,7 @@ class _Session:
         self.ended: asyncio.Future = asyncio.get_running_loop().create_future()
         self.tasks: list[asyncio.Task] = []
         self.welcomed = False  # its login was accepted
+        self.busy: Optional[dict] = None  # the server's `busy` refusal, as it connected
 
     def end(self, error: BaseException) -> None:
         """Fail the requests still waiting and record why the session ended."""
@@ -384,12 +393,12 @@ class Agent:
             async for text in session.socket:
                 self._dispatch(session, json.loads(text))
         except ConnectionClosed as closed:
-            session.end(_closing_error(closed))
+            session.end(_closing_error(closed, busy=session.busy))
             return
         except Exception as error:  # a frame this library cannot read: a lost session
             session.end(ConnectionError(f"unreadable frame from the server: {error}"))
             return
-        session.end(_closing_error(None, session.socket))
+        session.end(_closing_error(None, session.socket, busy=session.busy))
 
     def _dispatch(self, session: _Session, frame: dict) -> None:
         kind, ref = frame.get("type"), frame.get("ref")
@@ -406,6 +415,8 @@ class Agent:
                 future.set_exception(AgentError(frame))
             else:
                 future.set_result(frame)
+        elif kind == "error" and frame.get("code") == "busy":
+            session.busy = frame  # refused as it connected: the close follows
         elif kind == "error":
             log.warning("server error: %s", frame)
 
@@ -527,16 +538,23 @@ def reconnect_wait(ceiling_s: float, *, asked_s: float = 0.0) -> float:
 
 def _asked_to_wait(error: BaseException) -> float:
     """The seconds a `busy` refusal asked this agent to stay away (0 for any other)."""
-    if not (isinstance(error, AgentError) and error.code == "busy"):
+    if isinstance(error, TryAgainLater):
+        asked = error.retry_after_s
+    elif isinstance(error, AgentError) and error.code == "busy":
+        asked = error.frame.get("retry_after_s")
+    else:
         return 0.0
-    asked = error.frame.get("retry_after_s")
     if isinstance(asked, bool) or not isinstance(asked, (int, float)) or asked != asked:
         return 0.0
     return min(max(float(asked), 0.0), 2 * RECONNECT_MAX_S)
 
 
-def _closing_error(closed: ConnectionClosed | None, socket=None) -> BaseException:
+def _closing_error(
+    closed: Optional[ConnectionClosed], socket=None, *, busy: Optional[dict] = None
+) -> BaseException:
     frame = closed.rcvd if closed is not None else getattr(socket, "close_rcvd", None)
     if frame is not None and frame.code in FINAL_CLOSE_CODES:
         return SessionEnded(frame.code, frame.reason)
+    if busy is not None:
+        return TryAgainLater(busy.get("retry_after_s"), f"busy: {busy.get('message')}")
     return closed or ConnectionError("the server closed the connection")
