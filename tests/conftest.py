@@ -71,12 +71,16 @@ def environment_for_test_database() -> dict[str, str]:
 
 
 def stop_process(process: subprocess.Popen) -> None:
+    """Terminate it (kill it after 15 s), and close the pipes it wrote to."""
     process.terminate()
     try:
         process.wait(timeout=15)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def wait_for_http(url: str, process: subprocess.Popen) -> None:

@@ -4,7 +4,10 @@ waiting for something the agents do in other processes."""
 from __future__ import annotations
 
 import json
+import queue
 import socket
+import subprocess
+import threading
 import time
 from urllib.parse import urlsplit
 
@@ -75,3 +78,25 @@ class RawAgentSocket:
 
     def _flush(self) -> None:
         self.socket.sendall(b"".join(self.protocol.data_to_send()))
+
+
+def wait_until_fleet_ready(
+    process: subprocess.Popen, *, agents: int, timeout_s: float = 30
+) -> None:
+    """Until the fleet's processes have said that all `agents` logged in and advertised
+    (a JSON line each, demo/simulator.py). A thread reads the fleet's output to its end,
+    so that the pipe never fills."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(
+        target=lambda: [lines.put(line) for line in process.stdout], daemon=True
+    ).start()
+    ready, deadline = 0, time.monotonic() + timeout_s
+    while ready < agents:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(
+                f"{ready} of {agents} agents ready after {timeout_s:g} s"
+            ) from None
+        if line.startswith("{"):
+            ready += json.loads(line).get("ready", 0)

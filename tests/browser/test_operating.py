@@ -13,7 +13,6 @@ import sys
 
 import pytest
 from django.contrib.auth.models import Group
-from django.utils import timezone
 from playwright.sync_api import expect
 
 from broker.audit import Actor
@@ -22,7 +21,7 @@ from broker.roles import OPERATOR as OPERATOR_ROLE
 from broker.services.clients import state_attributes
 from broker.services.sending import grant_sending
 from demo.scenario import load_scenario
-from tests.broker.agent_helpers import agent_url, wait_for
+from tests.broker.agent_helpers import agent_url, wait_until_fleet_ready
 from tests.broker.tree_helpers import wait_until_idle
 from tests.browser.conftest import log_in, shot
 from tests.cast import AUDITOR, OPERATOR, create_member
@@ -43,22 +42,19 @@ def fleet(asgi_server, celery_worker):
     for controller in scenario.controllers.values():
         grant_sending(client=controller, holder=operators, actor=Actor("test", "setup"))
     wait_until_idle()
-    loaded_at = timezone.now()
     argv = [
         sys.executable, str(ROOT / "manage.py"), "simulate_fleet", "--agents", str(SERVERS),
         "--processes", "1", "--url", agent_url(asgi_server), "--load-interval", "3600",
     ]  # fmt: skip
-    process = subprocess.Popen(argv, env=environment_for_test_database(), cwd=ROOT)
+    process = subprocess.Popen(
+        argv, env=environment_for_test_database(), cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
     try:
-        wait_for(lambda: _stated_since(loaded_at) >= SERVERS, "every agent advertised")
+        wait_until_fleet_ready(process, agents=SERVERS)
         yield scenario
     finally:
         stop_process(process)
         wait_until_idle()
-
-
-def _stated_since(moment) -> int:
-    return AttributeValue.objects.filter(name="hostname", set_at__gt=moment).count()
 
 
 # Made before the page: Playwright's sync API runs an event loop in this thread.

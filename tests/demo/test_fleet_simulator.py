@@ -3,11 +3,8 @@ commands by changing their attributes and reporting back."""
 
 from __future__ import annotations
 
-import json
-import queue
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -16,7 +13,7 @@ from broker.models import AttributeValue, Delivery
 from broker.reads.clients import current_attributes
 from broker.services.events import publish_event
 from demo.scenario import ensure_signing_keys, load_scenario
-from tests.broker.agent_helpers import agent_url, wait_for
+from tests.broker.agent_helpers import agent_url, wait_for, wait_until_fleet_ready
 from tests.broker.tree_helpers import wait_until_idle
 from tests.conftest import ROOT, environment_for_test_database, stop_process
 
@@ -52,31 +49,11 @@ def _running_fleet(asgi_server, *, signed: bool = False):
         argv, env=environment_for_test_database(), cwd=ROOT, stdout=subprocess.PIPE, text=True
     )
     try:
-        wait_until_ready(process, agents=6)
+        wait_until_fleet_ready(process, agents=6)
         yield scenario
     finally:
         stop_process(process)
         wait_until_idle()
-
-
-def wait_until_ready(process: subprocess.Popen, *, agents: int, timeout_s: float = 30) -> None:
-    """Until the fleet's processes have said that all `agents` logged in and advertised
-    (a JSON line each, demo/simulator.py). A thread reads the fleet's output to its end,
-    so that the pipe never fills."""
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(
-        target=lambda: [lines.put(line) for line in process.stdout], daemon=True
-    ).start()
-    ready, deadline = 0, time.monotonic() + timeout_s
-    while ready < agents:
-        try:
-            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            raise AssertionError(
-                f"{ready} of {agents} agents ready after {timeout_s:g} s"
-            ) from None
-        if line.startswith("{"):
-            ready += json.loads(line).get("ready", 0)
 
 
 def answered(event, receivers: int) -> list[Delivery]:
