@@ -86,6 +86,7 @@ class Console:
             argv = [str(Path(sys.executable).parent / "uvicorn"), "--fd", fd, "--loop", "uvloop",
                     "--http", "httptools", "--ws", "websockets", "--no-access-log",
                     "--lifespan", "off", "--timeout-graceful-shutdown", "5",
+                    "--ws-per-message-deflate", "false",
                     "console.asgi:application"]  # fmt: skip
         else:
             argv = [str(Path(sys.executable).parent / "daphne"), "--fd", fd]
