@@ -90,7 +90,9 @@ _confirmations = GroupCommit(in_thread(confirm_receipts), key=lambda c: c.client
 _answers = GroupCommit(in_thread(acknowledge_deliveries), key=lambda a: a.delivery_id)
 logger = logging.getLogger(__name__)
 # The connections of this process waiting to log in, at most AGENT_LOGINS_AT_ONCE.
-_logins = protocol.LoginGate(settings.AGENT_LOGINS_AT_ONCE)
+_logins = protocol.LoginGate(
+    settings.AGENT_LOGINS_AT_ONCE, patience_s=settings.AGENT_LOGIN_TIMEOUT_S / 2
+)
 # Presence writes running in the background: kept here so that they are not collected
 # before they finish (the event loop holds tasks only weakly).
 _presence_writes: set[asyncio.Task] = set()

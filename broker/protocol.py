@@ -80,7 +80,8 @@ class Busy(BrokerError):
 
 class LoginGate:
     """At most `limit` connections of one process waiting to be logged in (connected,
-    login not yet done). Beyond it a connection is refused at once with a time to
+    login not yet done), and fewer when logins finish so slowly that the last of them
+    would wait past `patience_s`. Beyond it a connection is refused at once with a time to
     come back, drawn at random over how long those already waiting would take at the
     rate logins have been finishing, so that a fleet that comes back at once (after an
     outage) is spread over that time instead of all retrying together, and no agent
@@ -93,17 +94,25 @@ class LoginGate:
     ASSUMED_RATE = 200.0  # logins a second, until enough have finished to measure
     LONGEST_WAIT_S = 60.0
 
-    def __init__(self, limit: int, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, limit: int, *, patience_s: float = 5.0, rng: random.Random | None = None
+    ) -> None:
         self.limit = limit
+        # How long the last one admitted may expect to wait (half the login time-out).
+        self.patience_s = patience_s
         self.waiting = 0
         self.finished: deque[float] = deque()  # when each recent login finished
         self.refused: deque[float] = deque()  # when each recent refusal was made
         self.rng = rng or random.Random()
 
     def arrive(self) -> None:
-        """A connection that will log in: raises Busy when `limit` are waiting."""
-        if self.waiting >= self.limit:
-            raise Busy(self._retry_after())
+        """A connection that will log in: raises Busy when as many are waiting as can
+        be logged in within `patience_s` at the rate logins finish, or `limit`."""
+        now = time.monotonic()
+        self._forget_before(now)
+        room = min(self.limit, max(1, int(self._rate(now) * self.patience_s)))
+        if self.waiting >= room:
+            raise Busy(self._retry_after(now))
         self.waiting += 1
 
     def leave(self, *, logged_in: bool) -> None:
@@ -112,17 +121,22 @@ class LoginGate:
         if logged_in:
             self.finished.append(time.monotonic())
 
-    def _retry_after(self) -> float:
-        now = time.monotonic()
-        self.refused.append(now)
+    def _forget_before(self, now: float) -> None:
         for recent, window_s in ((self.finished, self.RATE_WINDOW_S),
                                  (self.refused, self.REFUSED_WINDOW_S)):  # fmt: skip
             while recent and recent[0] < now - window_s:
                 recent.popleft()
-        rate = self.ASSUMED_RATE
-        if len(self.finished) >= 10:  # over the time they took, not the whole window
-            rate = len(self.finished) / max(now - self.finished[0], 1.0)
-        backlog_s = min(self.LONGEST_WAIT_S, (self.waiting + len(self.refused)) / rate)
+
+    def _rate(self, now: float) -> float:
+        """Logins a second, over the time the recent ones took (not the whole window)."""
+        if len(self.finished) < 10:
+            return self.ASSUMED_RATE
+        return len(self.finished) / max(now - self.finished[0], 1.0)
+
+    def _retry_after(self, now: float) -> float:
+        self.refused.append(now)
+        backlog_s = (self.waiting + len(self.refused)) / self._rate(now)
+        backlog_s = min(self.LONGEST_WAIT_S, backlog_s)
         return math.ceil(self.rng.uniform(1.0, max(1.0, backlog_s)) * 10) / 10
 
 

@@ -5,6 +5,7 @@ the backlog."""
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -76,3 +77,15 @@ def test_the_wait_follows_the_rate_logins_finish_at_since_they_began_finishing()
     # 50 a second at least (measured over a second, not the five-second window): the
     # 200 refused take four seconds at most, not twenty.
     assert max(waits) <= 4.1
+
+
+def test_fewer_may_wait_when_logins_finish_slowly():
+    """Ten logins over the last four seconds: 2.5 a second, so with 4.2 s of patience
+    ten may wait, not the hundred of the limit."""
+    gate = protocol.LoginGate(100, patience_s=4.2)
+    now = time.monotonic()
+    gate.finished.extend(now - 4.0 + i * 0.4 for i in range(10))
+    for _ in range(10):
+        gate.arrive()
+    refused(gate)
+    assert gate.waiting == 10
