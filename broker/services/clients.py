@@ -24,7 +24,7 @@ from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
 from broker.models import AttributeValue, Client, ClientModel, ClientToken, ModelAttribute
 from broker.prepared import prepared_cursor
 from broker.push import to_agents
-from broker.reads.clients import declared_types, live_token_ids_sql
+from broker.reads.clients import declared_types, live_attribute_values, live_token_ids_sql
 from broker.services.tree import attach_to_leaf
 from policies import AttributeType
 
@@ -343,13 +343,14 @@ def _stated_already(client: Client, values: Mapping[str, Any]) -> bool:
     """Whether the client itself states exactly these values now, none revoked or
     expiring (JSON-equal: 1 is not 1.0, nor true)."""
     held = dict(
-        AttributeValue.objects.filter(
+        live_attribute_values()
+        .filter(
             client=client,
             name__in=list(values),
             source=AttributeValue.Source.CLIENT,
-            revoked_at__isnull=True,
             expires_at__isnull=True,
-        ).values_list("name", "value")
+        )
+        .values_list("name", "value")
     )
     return held.keys() == values.keys() and all(
         _as_json(held[name]) == _as_json(value) for name, value in values.items()
