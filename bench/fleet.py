@@ -54,12 +54,15 @@ from bench.services import (
     wait_for_tree_idle,
     worker_argv,
 )
-from launcher.supervisor import listening_socket
+from launcher.supervisor import listening_socket, web_server_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 
 PORT = int(os.environ.get("BENCH_PORT", "8931"))
 ROUND_TIMEOUT_S = 60.0
+# How long the connected fleet is left idle before the rounds, to measure what it costs
+# (two heartbeats: AGENT_HEARTBEAT_S).
+IDLE_S = 60.0
 OUTAGE_TIMEOUT_S = 120.0
 IIS = 'receiver.software == "IIS"'
 PUSH_LOG_KEY = "sn-bench:pushes"
@@ -89,8 +92,7 @@ class Console:
                     "--ws-per-message-deflate", "false",
                     "console.asgi:application"]  # fmt: skip
         else:
-            argv = [str(Path(sys.executable).parent / "daphne"), "--fd", fd]
-            argv.append("console.asgi:application")
+            argv = web_server_argv(self.listener, verbose=True)  # as the launcher starts it
         shared = {"stdout": self.log, "stderr": self.log, "pass_fds": (self.listener.fileno(),)}
         return start_process(argv, self.env, **shared)
 
@@ -209,16 +211,16 @@ class Phases:
 
     def __init__(self, parts: dict[str, list[int]]) -> None:
         self.parts = parts
-        self.rows: list[tuple[str, float, dict[str, float]]] = []
+        self.rows: list[tuple[str, float, dict[str, float], float]] = []
 
     def measure(self, name: str, phase):
         """Run `phase()` and return what it returns; a part's processes may be added
         during the phase (all their CPU time is then the phase's)."""
-        load = os.getloadavg()[0]
+        load, started = os.getloadavg()[0], time.monotonic()
         before = {part: self._cpu(part) for part in self.parts}
         result = phase()
         spent = {part: self._cpu(part) - before[part] for part in self.parts}
-        self.rows.append((name, load, spent))
+        self.rows.append((name, load, spent, time.monotonic() - started))
         return result
 
     def _cpu(self, part: str) -> float:
@@ -227,10 +229,11 @@ class Phases:
 
     def print(self) -> None:
         parts = list(self.parts)
-        print(f"{'CPU seconds per phase':>34}: " + "  ".join(f"{p:>8}" for p in parts) + "   load")
-        for name, load, spent in self.rows:
+        print(f"{'CPU seconds per phase':>34}: " + "  ".join(f"{p:>8}" for p in parts)
+              + "   load  wall s")  # fmt: skip
+        for name, load, spent, wall_s in self.rows:
             cells = "  ".join(f"{spent[p]:8.2f}" for p in parts)
-            print(f"{name:>34}: {cells}   {load:4.1f}")
+            print(f"{name:>34}: {cells}   {load:4.1f}  {wall_s:6.1f}")
 
 
 def server_pids() -> list[int]:
@@ -283,6 +286,8 @@ def run(args, env: dict[str, str]) -> None:
         fleet, phases, logged_in = connect_fleet(args, env, console, stats_dir)
         print_memory_per_agent(console, idle_rss, args.agents)
         wait_for_tree_idle(timeout_s=300)
+        phases.measure(f"idle ({IDLE_S:g} s, connected)", lambda: time.sleep(IDLE_S))
+        print_idle_cpu_per_agent(phases, args.agents)
         iis = Client.objects.filter(name__startswith="web-", attribute_values__name="software",
                                     attribute_values__value="IIS").count()  # fmt: skip
         rounds = partial(publish_rounds, args.rounds, args.agents, iis)
@@ -321,6 +326,16 @@ def print_memory_per_agent(console: Console, idle_rss: int, agents: int) -> None
 SERVER_PARTS = ("web", "workers", "pg+redis")
 
 
+def print_idle_cpu_per_agent(phases: Phases, agents: int) -> None:
+    """What the server spends on connected agents that receive nothing (heartbeats and
+    confirmations, presence, the agents' periodic updates): the rounds pay it too."""
+    _, _, spent, wall_s = phases.rows[-1]
+    server_s = sum(spent[part] for part in SERVER_PARTS)
+    per_agent_minute_ms = server_s * 1000 * 60 / wall_s / agents
+    print(f"{'idle server CPU per agent':>34}: {per_agent_minute_ms:.2f} ms a minute"
+          f" ({server_s:.2f} s in {wall_s:.0f} s; web {spent['web']:.2f})", flush=True)  # fmt: skip
+
+
 def print_cpu_per_answered_delivery(phases: Phases) -> None:
     """The server's CPU time in the rounds (the fleet and the bench apart) over the
     deliveries that were answered in them."""
@@ -329,7 +344,7 @@ def print_cpu_per_answered_delivery(phases: Phases) -> None:
     answered = Delivery.objects.filter(
         state__in=("acked", "failed"), event__content__bench__in=["alert", "command"]
     ).count()
-    _, _, spent = phases.rows[-1]
+    _, _, spent, _ = phases.rows[-1]
     per_delivery_ms = {part: spent[part] * 1000 / max(answered, 1) for part in SERVER_PARTS}
     parts = ", ".join(f"{part} {ms:.2f}" for part, ms in per_delivery_ms.items())
     server = sum(spent[part] for part in SERVER_PARTS)

@@ -105,7 +105,6 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.client = None
         self.actor: Actor | None = None
         self.group: str | None = None  # the client group joined, from the login on
-        self.joined_at = 0.0  # monotonic time of the last join
         self.held_pushes: list[dict] | None = None  # while a replay is being sent
         self.bucket = protocol.TokenBucket()
         self.refused_frames = 0
@@ -274,15 +273,6 @@ class AgentConsumer(AsyncWebsocketConsumer):
         """Join the client's group (from the login's worker thread)."""
         self.group = client_group(client_id)  # first: a push may follow the join at once
         self.channel_layer.group_add_blocking(self.group, self.channel_name)
-        self.joined_at = time.monotonic()
-
-    async def _rejoin(self) -> None:
-        """Join again (a Redis that restarted has forgotten the group), unless joined
-        in the last half heartbeat interval: an idle agent's heartbeats each join, a
-        busy agent's many confirmations do not each cost a Redis round trip."""
-        if time.monotonic() - self.joined_at >= settings.AGENT_HEARTBEAT_S / 2:
-            await self.channel_layer.group_add(self.group, self.channel_name)
-            self.joined_at = time.monotonic()
 
     @contextlib.asynccontextmanager
     async def _pushes_held(self):
@@ -381,7 +371,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         )
         return {"type": "published", **event}
 
-    async def on_ack(self, request: Request) -> dict:
+    async def on_ack(self, request: Request) -> dict | None:
         answer = Answer(
             client=self.client,
             delivery_id=request.require("delivery", int, "a delivery id"),
@@ -389,23 +379,29 @@ class AgentConsumer(AsyncWebsocketConsumer):
             result=request.optional("result", dict, "an object", None),
             actor=self.actor,
         )
+        # An answer may also confirm what the agent has (`position`): the confirmation
+        # it would otherwise send a moment later, two frames and a request fewer.
+        position = _position(request, required=False)
         await _answers.submit(answer)
-        return {"type": "ok"}
+        if position is None:
+            return {"type": "ok"}
+        return await self._confirmed(position)
 
     async def on_received(self, request: Request) -> dict | None:
+        return await self._confirmed(_position(request, required=True))
+
+    async def _confirmed(self, position: int) -> dict | None:
+        """Record that the agent has every delivery up to `position`; the answer says
+        how far its stream goes (None: the session ended, its tokens were revoked)."""
         self._seen()
-        position = request.require(
-            "position", int, "a whole number, the last position the agent has"
-        )
         # The confirmation is also the heartbeat: the token is checked again, so that a
-        # revocation whose notice was lost (Redis down) still ends the session; and the
-        # group joined again, since a Redis that restarted has forgotten it.
+        # revocation whose notice was lost (Redis down) still ends the session. (A Redis
+        # that restarted and forgot the group: the process joins it again, push.layer.)
         confirmation = Confirmation(self.client, position, self.actor, self.token)
         stream = await _confirmations.submit(confirmation)
         if stream is None:
             await self.session_revoked({})
             return None
-        await self._rejoin()
         if self._stalled_long(stream.confirmed_position, stream.last_position):
             # An agent that confirms but does not ask again for what it lacks (or whose
             # request was lost) is sent it anyway.
@@ -506,6 +502,14 @@ def _encoded(frame: dict) -> str:
         return orjson.dumps(frame).decode()
     except TypeError:
         return json.dumps(frame, separators=(",", ":"))
+
+
+def _position(request: Request, *, required: bool) -> int | None:
+    """The position up to which an agent confirms it has every delivery."""
+    what = "a whole number, the last position the agent has"
+    if required:
+        return request.require("position", int, what)
+    return request.optional("position", int, what, None)
 
 
 def _after_position(request: Request, *, required: bool) -> int | None:

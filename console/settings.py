@@ -347,8 +347,11 @@ AGENT_LOGIN_TIMEOUT_S = env_int("AGENT_LOGIN_TIMEOUT_S", 10, minimum=1)
 # try again in a few seconds (4503, `busy`) rather than wait until its login times out:
 # a fleet coming back after an outage is spread out instead of stampeding.
 AGENT_LOGINS_AT_ONCE = env_int("AGENT_LOGINS_AT_ONCE", 500, minimum=1)
-# Agents confirm what they have at least this often when idle (their heartbeat).
-AGENT_HEARTBEAT_S = env_int("AGENT_HEARTBEAT_S", 10, minimum=1)
+# Agents confirm what they have at least this often when idle (their heartbeat). Each
+# costs the server a frame each way and a statement: with 10,000 idle agents at 10 s, as
+# much CPU as a round of deliveries. The web server pings only a socket idle for
+# WEB_PING_AFTER_S (the launcher's), longer than this.
+AGENT_HEARTBEAT_S = env_int("AGENT_HEARTBEAT_S", 30, minimum=1)
 # An agent that confirms the same position, short of its stream's end, for this long is
 # sent the rest again (docs/protocol.md, "The delivery contract").
 AGENT_REDELIVER_AFTER_S = env_int("AGENT_REDELIVER_AFTER_S", 5, minimum=1)

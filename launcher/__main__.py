@@ -21,7 +21,7 @@ from demo.data_folder import (
     write_demo_settings,
 )
 from launcher.embedded import PrivateServers
-from launcher.supervisor import Supervisor, listening_socket, say
+from launcher.supervisor import Supervisor, listening_socket, say, web_server_argv
 from reports import QUEUE as REPORTS_QUEUE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,11 +70,7 @@ def start_console(
     # agents is bound by one process's single thread, so it is split across cores. The
     # launcher keeps its copy open (never accepting) to hand it to a restarted process.
     listener = listening_socket(host, port)
-    daphne = [str(python_bin / "daphne"), "--fd", str(listener.fileno())]
-    # Quiet unless asked: an access line per request and a line per Celery task would
-    # scroll everything else away (about 1,000 lines a minute with the demo's fleet).
-    daphne += [] if verbose else ["-v", "0"]
-    daphne.append("console.asgi:application")
+    daphne = web_server_argv(listener, verbose=verbose)
     for index in range(web_processes):
         name = "web" if web_processes == 1 else f"web{index + 1}"
         supervisor.start(name, daphne, env, pass_fds=(listener.fileno(),))

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 STOP_TIMEOUT_S = 15.0
@@ -294,6 +295,21 @@ def _pump(name: str, process: subprocess.Popen) -> None:
         line = raw.decode(errors="replace").rstrip()
         write_line(f"[{name}] {line}")
     process.stdout.close()
+
+
+# Daphne pings a socket quiet for this long. Its default, 20 s, is shorter than the
+# agents' heartbeat (AGENT_HEARTBEAT_S, 30 s): each idle agent would cost a ping and a
+# pong between heartbeats, which already tell that the connection lives.
+WEB_PING_AFTER_S = 60
+
+
+def web_server_argv(listener: socket.socket, *, verbose: bool = False) -> list[str]:
+    """Daphne serving the console from `listener`, which several processes share."""
+    argv = [str(Path(sys.executable).parent / "daphne"), "--fd", str(listener.fileno())]
+    argv += ["--ping-interval", str(WEB_PING_AFTER_S)]
+    # Quiet unless asked: an access line per request would scroll everything else away.
+    argv += [] if verbose else ["-v", "0"]
+    return [*argv, "console.asgi:application"]
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

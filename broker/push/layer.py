@@ -14,6 +14,12 @@ process's reader hands such a message to one fan-out task, which calls the handl
 all the consumers it names in turn, in the order the messages came. Other messages, and
 channels without a handler, are served as before.
 
+Redis keeps groups only in memory here: one that restarts has forgotten every member.
+Each process checks, every MEMBERSHIP_CHECK_S, whether Redis still holds its mark (a
+key with a time to live that the check renews); when the mark is gone, the process adds
+all its channels to their groups again, in one round trip. One command per process per
+check, rather than a join again per socket every few heartbeats.
+
 Both ends that write from worker threads do so on a plain (blocking) Redis client of
 the same server: leaves push from their routing threads (`group_send_each`), agents'
 logins join their client's group inside the login's one database round trip
@@ -25,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -44,6 +51,13 @@ POOL_WAIT_S = 30
 # every new connection unless it is given: a burst of logins opens many.
 DRIVER_INFO = DriverInfo()
 logger = logging.getLogger(__name__)
+
+# How often a process checks that Redis still knows its channels' groups (at most this
+# long after a restart, pushes to them go nowhere; the agents' confirmations then show
+# the gap and it is replayed). The mark lives three checks: a loop that stalls for two
+# of them costs one needless join again of the process's groups, nothing more.
+MEMBERSHIP_CHECK_S = 5.0
+MARK_LIVES_CHECKS = 3
 
 LocalHandler = Callable[[dict], Awaitable[None]]
 
@@ -136,8 +150,15 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
     for a free connection instead of failing: thousands of agents logging in at once
     each add a group, and redis-py's plain pool raises when its limit is reached."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, membership_check_s: float = MEMBERSHIP_CHECK_S, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.membership_check_s = membership_check_s
+        # This process's memberships, {group: {channel}}: written from the loop and from
+        # logins' worker threads.
+        self._memberships: dict[str, set[str]] = defaultdict(set)
+        self._memberships_lock = threading.Lock()
+        self._keeper_task: asyncio.Task | None = None
+        self._mark_key = f"{self.prefix}:process:{secrets.token_hex(8)}"
         self._local_handlers: dict[str, dict[str, LocalHandler]] = defaultdict(dict)
         self._fan_out_queue: asyncio.Queue | None = None
         self._fan_out_task: asyncio.Task | None = None
@@ -197,6 +218,7 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
 
     def group_add_blocking(self, group: str, channel: str) -> None:
         """`group_add` for a caller in a worker thread: the same Redis entries."""
+        self._remember(group, channel)
         key = self._group_key(group)
         pipe = self.blocking_client(self.consistent_hash(group)).pipeline(transaction=False)
         pipe.zadd(key, {channel: time.time()})
@@ -218,6 +240,63 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
         if self._push_lua is None:
             self._push_lua = self.blocking_client(0).register_script(PUSH_LUA)
         return self._push_lua
+
+    # Memberships kept across a restart of Redis ----------------------------------------
+
+    async def new_channel(self, prefix: str = "specific") -> str:
+        """As channels_redis; also starts this loop's membership keeper (every consumer
+        asks for its channel on the loop that serves it)."""
+        self._keep_memberships_on_this_loop()
+        return await super().new_channel(prefix)
+
+    async def group_add(self, group: str, channel: str) -> None:
+        self._remember(group, channel)
+        await super().group_add(group, channel)
+
+    async def group_discard(self, group: str, channel: str) -> None:
+        with self._memberships_lock:
+            members = self._memberships.get(group)
+            if members is not None:
+                members.discard(channel)
+                if not members:
+                    del self._memberships[group]
+        await super().group_discard(group, channel)
+
+    def _remember(self, group: str, channel: str) -> None:
+        with self._memberships_lock:
+            self._memberships[group].add(channel)
+
+    def _keep_memberships_on_this_loop(self) -> None:
+        task = self._keeper_task
+        loop = asyncio.get_running_loop()
+        if task is None or task.done() or task.get_loop() is not loop:
+            self._keeper_task = loop.create_task(self._keep_memberships())
+
+    async def _keep_memberships(self) -> None:
+        while True:
+            await asyncio.sleep(self.membership_check_s)
+            try:
+                await self.check_memberships()
+            except Exception:  # Redis down: the next check tries again
+                logger.warning("checking the channel layer's memberships failed", exc_info=True)
+
+    async def check_memberships(self) -> bool:
+        """Renew this process's mark in Redis; if it was gone (Redis restarted and forgot
+        the groups too), add every channel of the process to its groups again. True if
+        it did."""
+        server = self.connection(0)
+        lives_s = max(1, round(self.membership_check_s * MARK_LIVES_CHECKS))
+        if await server.set(self._mark_key, 1, ex=lives_s, get=True) is not None:
+            return False
+        with self._memberships_lock:
+            memberships = [(group, list(members)) for group, members in self._memberships.items()]
+        pipe, now = server.pipeline(transaction=False), time.time()
+        for group, members in memberships:
+            pipe.zadd(self._group_key(group), dict.fromkeys(members, now))
+            pipe.expire(self._group_key(group), self.group_expiry)
+        await pipe.execute()
+        logger.info("joined %d groups again (Redis had forgotten them)", len(memberships))
+        return True
 
     # Receiving: local fan-out -----------------------------------------------------------
 

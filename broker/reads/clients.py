@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable
@@ -25,6 +26,48 @@ from broker.models import (
     ClientToken,
     ModelAttribute,
 )
+from broker.prepared import prepared_cursor
+
+
+@dataclass(frozen=True)
+class OwnAttributes:
+    """A client's model's attributes as the client itself sees them: every declared
+    attribute's type, those the client states itself, and the values it states now
+    (live, lasting and its own; as canonical JSON text, so that 1, 1.0 and true differ)."""
+
+    types: dict[str, str]
+    self_stated: frozenset[str]
+    stated: dict[str, str]
+
+
+# One statement for what an agent's advertisement or update is checked against: it is
+# sent at every login, and three ORM queries for it cost the web process more than the
+# login itself (compiling them, not running them).
+OWN_ATTRIBUTES = f"""
+SELECT a.name, a.type, a.self_stated, v.value::text
+FROM {ModelAttribute._meta.db_table} AS a
+LEFT JOIN {AttributeValue._meta.db_table} AS v
+  ON v.client_id = %s AND v.name = a.name AND v.source = '{AttributeValue.Source.CLIENT}'
+  AND v.expires_at IS NULL AND v.revoked_at IS NULL
+WHERE a.model_id = %s
+"""
+
+
+def own_attributes(client: Client) -> OwnAttributes:
+    """The client's `OwnAttributes`, in one prepared statement."""
+    with prepared_cursor() as cursor:
+        cursor.execute(OWN_ATTRIBUTES, [client.pk, client.model_id])
+        rows = cursor.fetchall()
+    return OwnAttributes(
+        types={name: type_name for name, type_name, _, _ in rows},
+        self_stated=frozenset(name for name, _, self_stated, _ in rows if self_stated),
+        stated={name: canonical_json(json.loads(value)) for name, _, _, value in rows if value},
+    )
+
+
+def canonical_json(value: Any) -> str:
+    """`value` as JSON text that is equal for equal JSON values (keys sorted)."""
+    return json.dumps(value, sort_keys=True)
 
 
 def declared_types(client: Client) -> dict[str, str]:

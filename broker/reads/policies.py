@@ -4,15 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.db import connection
+
 from broker.models import (
     Client,
     PolicyVersion,
 )
+from broker.prepared import prepared_cursor
+
+POLICY_FIELDS = [field.attname for field in PolicyVersion._meta.concrete_fields]
+# Prepared: every agent's login states its policy, and this is how the same text again
+# is found (compiling the ORM's query for it cost the web process more than running it).
+CURRENT_POLICY = f"""
+SELECT {", ".join(field.column for field in PolicyVersion._meta.concrete_fields)}
+FROM {PolicyVersion._meta.db_table} WHERE client_id = %s ORDER BY version DESC LIMIT 1
+"""
 
 
 def current_policy(client: Client) -> PolicyVersion | None:
     """The client's newest policy version, or None if it never set one."""
-    return client.policy_versions.order_by("-version").first()
+    with prepared_cursor() as cursor:
+        cursor.execute(CURRENT_POLICY, [client.pk])
+        row = cursor.fetchone()
+    return None if row is None else PolicyVersion.from_db(connection.alias, POLICY_FIELDS, row)
 
 
 def newest_policies(

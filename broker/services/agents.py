@@ -15,6 +15,7 @@ from broker import audit, protocol
 from broker.audit import Actor
 from broker.errors import InvalidInput
 from broker.models import Client
+from broker.reads.clients import own_attributes
 from broker.reads.deliveries import deliveries_to_replay, last_position_of, position_after_delivery
 from broker.services.clients import authenticate_client, state_attributes
 from broker.services.events import SenderSignature, publish_event
@@ -71,7 +72,8 @@ def start_session(
 
 def advertise(*, client: Client, values: Mapping[str, Any], actor: Actor) -> None:
     """The agent states its whole model: every attribute it states itself, at once."""
-    missing = sorted(_self_stated(client) - set(values))
+    own = own_attributes(client)
+    missing = sorted(own.self_stated - set(values))
     if missing:
         error = InvalidInput(
             f"an advertisement gives every attribute the client states itself; "
@@ -82,11 +84,7 @@ def advertise(*, client: Client, values: Mapping[str, Any], actor: Actor) -> Non
             actor=actor, action="attributes.advertise", target=f"client:{client.name}"
         ):
             raise error
-    state_attributes(client=client, values=values, actor=actor)
-
-
-def _self_stated(client: Client) -> set[str]:
-    return set(client.model.attributes.filter(self_stated=True).values_list("name", flat=True))
+    state_attributes(client=client, values=values, actor=actor, own=own)
 
 
 def update(*, client: Client, values: Mapping[str, Any], actor: Actor) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -24,7 +23,12 @@ from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
 from broker.models import AttributeValue, Client, ClientModel, ClientToken, ModelAttribute
 from broker.prepared import prepared_cursor
 from broker.push import to_agents
-from broker.reads.clients import declared_types, live_attribute_values, live_token_ids_sql
+from broker.reads.clients import (
+    OwnAttributes,
+    canonical_json,
+    live_token_ids_sql,
+    own_attributes,
+)
 from broker.services.tree import attach_to_leaf
 from policies import AttributeType
 
@@ -309,21 +313,25 @@ def set_clients_active(*, clients: list[Client], active: bool, actor: Actor) -> 
     return len(changing)
 
 
-def state_attributes(*, client: Client, values: Mapping[str, Any], actor: Actor) -> None:
+def state_attributes(
+    *, client: Client, values: Mapping[str, Any], actor: Actor, own: OwnAttributes | None = None
+) -> None:
     """Apply values the client states about itself: all of them, or none.
 
     Attributes its model reserves for authorities are refused, with an audit entry,
-    and then none of the other values is applied either.
+    and then none of the other values is applied either. `own` is the client's
+    `own_attributes`, when the caller has read them already.
     """
+    own = own or own_attributes(client)
     with audit.refusals_recorded(
         actor=actor,
         action="attributes.state",
         target=f"client:{client.name}",
         details={"attempted": printable(values)},
     ):
-        checked = check_values(declared_types(client), values)
-        _refuse_reserved(client, checked)
-    if _stated_already(client, checked):
+        checked = check_values(own.types, values)
+        _refuse_reserved(own, checked)
+    if _stated_already(own, checked):
         # An agent states its whole model at every login: the same values again change
         # nothing, so nothing is written (no history, audit entry or work for the tree),
         # which a fleet reconnecting at once would otherwise pay for each of its agents.
@@ -339,37 +347,16 @@ def state_attributes(*, client: Client, values: Mapping[str, Any], actor: Actor)
         entry.client_changed(client)
 
 
-def _stated_already(client: Client, values: Mapping[str, Any]) -> bool:
-    """Whether the client itself states exactly these values now, none revoked or
-    expiring (JSON-equal: 1 is not 1.0, nor true)."""
-    held = dict(
-        live_attribute_values()
-        .filter(
-            client=client,
-            name__in=list(values),
-            source=AttributeValue.Source.CLIENT,
-            expires_at__isnull=True,
-        )
-        .values_list("name", "value")
-    )
-    return held.keys() == values.keys() and all(
-        _as_json(held[name]) == _as_json(value) for name, value in values.items()
-    )
+def _stated_already(own: OwnAttributes, values: Mapping[str, Any]) -> bool:
+    """Whether the client itself states exactly these values now."""
+    return all(own.stated.get(name) == canonical_json(value) for name, value in values.items())
 
 
-def _as_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)
-
-
-def _refuse_reserved(client: Client, values: Mapping[str, Any]) -> None:
-    reserved = set(
-        client.model.attributes.filter(self_stated=False, name__in=list(values)).values_list(
-            "name", flat=True
-        )
-    )
+def _refuse_reserved(own: OwnAttributes, values: Mapping[str, Any]) -> None:
+    reserved = sorted(set(values) - own.self_stated)
     if reserved:
-        names = ", ".join(sorted(reserved))
         raise NotAuthorised(
-            f"{names} may only be set by an authority, not stated by the client itself",
-            field=sorted(reserved)[0],
+            f"{', '.join(reserved)} may only be set by an authority, not stated by the client "
+            "itself",
+            field=reserved[0],
         )

@@ -10,6 +10,7 @@ from broker.audit import Actor
 from broker.dispatch import entry
 from broker.errors import InvalidInput, NotAuthorised, PolicyRejected
 from broker.models import Client, PolicyVersion
+from broker.reads.policies import current_policy
 from broker.vocabulary import vocabulary
 from policies import PolicySyntaxError
 
@@ -28,7 +29,7 @@ def set_policy(*, client: Client, text: str, actor: Actor) -> PolicyVersion:
     ):
         if not client.can_receive:
             raise NotAuthorised(f"{client.name} is not a receiver", field="policy")
-        current = client.policy_versions.order_by("-version").first()
+        current = current_policy(client)
         if current is not None and current.text == text:
             # Found before parsing and locking: every agent's login states its policy.
             return current
@@ -36,7 +37,7 @@ def set_policy(*, client: Client, text: str, actor: Actor) -> PolicyVersion:
     with transaction.atomic():
         # Lock the client row: two concurrent updates must not take the same number.
         Client.objects.select_for_update().filter(pk=client.pk).first()
-        current = client.policy_versions.order_by("-version").first()
+        current = current_policy(client)
         if current is not None and current.text == text:
             return current
         version = PolicyVersion.objects.create(

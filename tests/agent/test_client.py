@@ -185,6 +185,32 @@ def test_the_agent_confirms_what_it_has():
     assert confirmed and confirmed[-1] == 3
 
 
+def test_an_answer_confirms_what_the_agent_has_and_no_separate_confirmation_follows():
+    server = FakeServer(push(1, 2, 3))
+
+    async def on_ack(socket, frame) -> None:
+        confirmed = {"last_position": 3, "confirmed_position": frame.get("position", 0)}
+        await send(socket, {"type": "ok", "ref": frame["ref"], **confirmed})
+
+    server.on_ack = on_ack
+    run(received_by_application(server, 3, answer=("ok", None)))
+    acks = [frame for frame in server.frames if frame["type"] == "ack"]
+    assert acks[0]["position"] == 3 and all("position" not in ack for ack in acks[1:])
+    assert [frame for frame in server.frames if frame["type"] == "received"] == []
+
+
+def test_an_answer_to_a_server_that_does_not_confirm_with_it_is_still_confirmed_apart():
+    server = FakeServer(push(1))
+
+    async def on_ack(socket, frame) -> None:  # a server of an earlier revision
+        await send(socket, {"type": "ok", "ref": frame["ref"]})
+
+    server.on_ack = on_ack
+    confirmed = lambda: [f for f in server.frames if f["type"] == "received"]  # noqa: E731
+    run(received_by_application(server, 1, answer=("ok", None), until=confirmed))
+    assert confirmed()[-1]["position"] == 1
+
+
 def test_an_answer_the_server_failed_to_record_is_sent_again_after_reconnecting():
     server = FakeServer(push(1), push())
     acks: list[tuple[int, str]] = []
@@ -324,3 +350,32 @@ def test_agents_that_lost_their_connections_together_do_not_come_back_together()
     waits = [library.reconnect_wait(8.0) for _ in range(1000)]
     assert min(waits) < 1.0 and max(waits) > 7.0
     assert 3.0 < sum(waits) / len(waits) < 5.0
+
+
+def heartbeats_unanswered(socket, login, server) -> Awaitable[None]:
+    """A connection that died without closing: the login is answered, nothing after."""
+
+    async def script() -> None:
+        await send(socket, {"type": "welcome", "ref": login["ref"], "heartbeat_s": 0.2})
+        await send(socket, {"type": "replayed", "ref": login["ref"], "count": 0, "through": 0})
+        async for _ in socket:  # read, never answered
+            pass
+
+    return script()
+
+
+def test_a_heartbeat_left_unanswered_ends_the_session_and_the_agent_comes_back(monkeypatch):
+    monkeypatch.setattr(library, "REQUEST_TIMEOUT_S", 0.5)
+    server = FakeServer(heartbeats_unanswered, push(1))
+    taken = run(received_by_application(server, 1))
+    assert [n.position for n in taken] == [1] and len(server.logins) == 2
+
+
+def test_the_agent_sends_no_websocket_pings_its_heartbeat_tells_the_connection_lives():
+    async def scenario():
+        async with serve(FakeServer(push()).handle, "127.0.0.1", 0) as listening:
+            port = listening.sockets[0].getsockname()[1]
+            async with Agent(f"ws://127.0.0.1:{port}/", "snt_test") as agent:
+                return agent._session.socket.ping_interval
+
+    assert run(scenario()) is None

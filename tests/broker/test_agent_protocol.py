@@ -11,15 +11,19 @@ import urllib.request
 
 import pytest
 from channels.db import database_sync_to_async as in_thread
+from channels.layers import get_channel_layer
+from django.conf import settings
+from redis import Redis
 from sn_agent.client import Agent, AgentError, SessionEnded
 from sn_agent.signatures import new_private_key, public_key_text
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from broker.models import AuditEntry, Delivery, Event
+from broker.models import AuditEntry, Client, Delivery, Event
+from broker.push.to_agents import client_group
 from broker.services.clients import issue_token, revoke_tokens
 from broker.services.signing_keys import set_signing_key
-from tests.broker.agent_helpers import ISSUER, agent_url
+from tests.broker.agent_helpers import ISSUER, agent_url, wait_for
 from tests.broker.failing_database import inserts_refused
 from tests.broker.tree_helpers import wait_until_idle
 
@@ -108,6 +112,8 @@ def test_agent_sockets_need_no_browser_origin_but_the_token_decides(asgi_server,
         ('{"type": "advertise", "values": {"load": 0.5}}', "invalid", "values.cgi"),
         ('{"type": "ack", "delivery": 999999, "status": "ok"}', "not_found", "delivery"),
         ('{"type": "ack", "delivery": 1, "status": "maybe"}', "invalid", "status"),
+        ('{"type": "ack", "delivery": 1, "status": "ok", "position": "x"}', "invalid",
+         "position"),
         ('{"type": "login", "token": "again"}', "refused", "type"),
     ],
 )  # fmt: skip
@@ -359,6 +365,23 @@ def test_advertise_policy_publish_receive_and_ack_through_the_tree(asgi_server, 
     assert AuditEntry.objects.filter(action="delivery.ack", outcome="done").exists()
 
 
+def test_an_answer_that_gives_a_position_also_confirms_receipt(asgi_server, cast):
+    url = agent_url(asgi_server)
+
+    async def flow():
+        async with Agent(url, cast["server"]) as server, Agent(url, cast["controller"]) as ctl:
+            await ctl.publish(COMMAND, selector=IIS_SELECTOR)
+            notification = await next_notification(server)
+            frame = {"type": "ack", "delivery": notification.delivery, "status": "ok"}
+            answer = await server.request({**frame, "position": notification.position})
+            return notification, answer
+
+    notification, answer = run(flow())
+    assert answer["confirmed_position"] == notification.position == answer["last_position"]
+    delivery = Delivery.objects.get(pk=notification.delivery)
+    assert delivery.state == "acked" and delivery.receiver.stream.confirmed_position == 1
+
+
 def test_acknowledging_twice_is_harmless_but_changing_the_answer_is_refused(asgi_server, cast):
     url = agent_url(asgi_server)
 
@@ -503,6 +526,26 @@ def test_a_consumer_receives_only_its_own_clients_deliveries(asgi_server, cast):
 
     got, elsewhere = run(flow())
     assert got.content == COMMAND and elsewhere == 0
+
+
+def test_a_session_gets_live_pushes_again_after_redis_forgot_its_group(asgi_server, cast):
+    # As when Redis restarts with nothing on disk: the group and the process's mark go.
+    url, server = agent_url(asgi_server), Client.objects.get(name="web-00000")
+    redis = Redis.from_url(settings.CHANNEL_LAYER_URL)
+    group_key = f"{get_channel_layer().prefix}:group:{client_group(server.pk)}"
+
+    def forget() -> None:
+        redis.delete(group_key, *redis.scan_iter(f"{get_channel_layer().prefix}:process:*"))
+
+    async def flow():
+        async with Agent(url, cast["server"]) as iis, Agent(url, cast["controller"]) as ctl:
+            await in_thread(forget)()
+            await in_thread(wait_for)(lambda: redis.exists(group_key), "joined again", 15)
+            await ctl.publish(COMMAND, selector=IIS_SELECTOR)
+            return await next_notification(iis)
+
+    got = run(flow())
+    assert got.content == COMMAND and got.replay is False
 
 
 def test_heartbeat_answers_with_the_server_time(asgi_server, cast):

@@ -119,3 +119,59 @@ def test_a_configuration_whose_messages_the_push_would_write_otherwise_is_refuse
     config = {"hosts": [{"address": "redis://a"}], **config}
     with pytest.raises(ImproperlyConfigured, match=f"cannot push with {problem}"):
         FanoutRedisChannelLayer(**config)
+
+
+def forget(layer: FanoutRedisChannelLayer, groups: list[str]) -> None:
+    """What a Redis that restarted has lost of this process: its mark and groups."""
+    server = layer.blocking_client(0)
+    server.delete(layer._mark_key, *(layer._group_key(group) for group in groups))
+
+
+def members(layer: FanoutRedisChannelLayer, group: str) -> set[str]:
+    return {m.decode() for m in layer.blocking_client(0).zrange(layer._group_key(group), 0, -1)}
+
+
+def test_a_process_joins_its_groups_again_once_redis_has_forgotten_them():
+    async def scenario():
+        layer = layer_like_the_settings()
+        a, b, gone = [await layer.new_channel() for _ in range(3)]
+        await layer.group_add("test.keep.alpha", a)
+        await asyncio.to_thread(layer.group_add_blocking, "test.keep.beta", b)  # as a login
+        await layer.group_add("test.keep.alpha", gone)
+        await layer.group_discard("test.keep.alpha", gone)
+        first = await layer.check_memberships()  # no mark yet: joins again, harmlessly
+        remembered = await layer.check_memberships()
+        forget(layer, ["test.keep.alpha", "test.keep.beta"])
+        joined_again = await layer.check_memberships()
+        found = members(layer, "test.keep.alpha"), members(layer, "test.keep.beta")
+        await asyncio.to_thread(
+            layer.group_send_each, {"test.keep.beta": ["after"]}, message_type="test.push"
+        )
+        received = await asyncio.wait_for(layer.receive(b), 5)
+        await layer.group_discard("test.keep.alpha", a)
+        await layer.group_discard("test.keep.beta", b)
+        return first, remembered, joined_again, found, received, (a, b)
+
+    first, remembered, joined_again, found, received, (a, b) = asyncio.run(scenario())
+    assert (first, remembered, joined_again) == (True, False, True)
+    assert found == ({a}, {b})  # the channel that left is not brought back
+    assert received["groups"] == {"test.keep.beta": ["after"]}
+
+
+def test_the_keeper_checks_by_itself_while_the_process_serves_channels():
+    async def scenario():
+        layer = layer_like_the_settings(membership_check_s=0.2)
+        channel = await layer.new_channel()  # starts the keeper on this loop
+        await layer.group_add("test.keep.auto", channel)
+        await asyncio.sleep(0.5)
+        forget(layer, ["test.keep.auto"])
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if members(layer, "test.keep.auto"):
+                break
+        found = members(layer, "test.keep.auto")
+        await layer.group_discard("test.keep.auto", channel)
+        return found, channel
+
+    found, channel = asyncio.run(scenario())
+    assert found == {channel}

@@ -46,6 +46,10 @@ HEARTBEAT_MAX_S = 30.0
 CLOSE_CONFIRM_TIMEOUT_S = 2.0
 
 
+# What `_confirm` returns when the server did not answer in time.
+_UNANSWERED = object()
+
+
 class AgentError(Exception):
     """The server refused a request; `code` and `field` say what and where."""
 
@@ -206,7 +210,12 @@ class Agent:
         """Open a session and log in (closing any session still open first); return
         the server's welcome frame."""
         await self._end_session()
-        socket = await websockets.connect(self.url, max_size=2**20, open_timeout=30)
+        # No WebSocket pings: the heartbeat (a confirmation the server answers) tells
+        # whether the connection lives, and each ping would be a frame more for the
+        # server to answer, for every agent of the fleet.
+        socket = await websockets.connect(
+            self.url, max_size=2**20, open_timeout=30, ping_interval=None
+        )
         session = self._session = _Session(socket)
         session.tasks.append(asyncio.create_task(self._read(session)))
         self.replayed.clear()
@@ -307,10 +316,16 @@ class Agent:
         )
 
     async def ack(self, delivery: int, status: str = "ok", result: dict | None = None) -> None:
-        """Report what became of a delivery (a command's exit status and output)."""
-        await self.request(
-            {"type": "ack", "delivery": delivery, "status": status, "result": result}
-        )
+        """Report what became of a delivery (a command's exit status and output), and
+        confirm with it what this agent has, if that is more than it last confirmed
+        (the `received` it would send a moment later is then not needed)."""
+        frame = {"type": "ack", "delivery": delivery, "status": status, "result": result}
+        position = self.position
+        if position is not None and position > self._confirmed:
+            frame["position"] = position
+        answer = await self.request(frame)
+        if "position" in frame and "confirmed_position" in answer:  # older servers: no
+            self._heard_confirmed(position, answer)
 
     async def heartbeat(self) -> dict:
         return await self.request({"type": "heartbeat"})
@@ -462,15 +477,25 @@ class Agent:
         if self.position is not None and self.position > self._confirmed:
             await self._confirm()
 
-    async def _confirm(self) -> None:
-        """Tell the server what this agent has; learn how far its stream goes."""
+    async def _confirm(self) -> object:
+        """Tell the server what this agent has; learn how far its stream goes. Returns
+        _UNANSWERED if no answer came in time."""
         position = self.position or 0
-        with contextlib.suppress(NotConnected, AgentError, *TRANSIENT_ERRORS):
+        try:
             answer = await self.request({"type": "received", "position": position})
-            self._confirmed = max(self._confirmed, position)
-            self.server_position = answer.get("last_position", 0)
-            if self.server_position > position:
-                self._repair_soon()
+        except asyncio.TimeoutError:
+            return _UNANSWERED
+        except (NotConnected, AgentError, *TRANSIENT_ERRORS):
+            return None
+        self._heard_confirmed(position, answer)
+        return None
+
+    def _heard_confirmed(self, position: int, answer: dict) -> None:
+        """The server recorded that this agent has everything up to `position`."""
+        self._confirmed = max(self._confirmed, position)
+        self.server_position = answer.get("last_position", 0)
+        if self.server_position > position:
+            self._repair_soon()
 
     def _repair_soon(self) -> None:
         if self._repairing is None or self._repairing.done():
@@ -487,11 +512,15 @@ class Agent:
                 await self.request({"type": "resend", "after_position": self.position})
 
     async def _heartbeat(self, session: _Session) -> None:
-        """Confirm (which is also a heartbeat) at the interval the server asked for."""
+        """Confirm (which is also a heartbeat) at the interval the server asked for. A
+        heartbeat unanswered within REQUEST_TIMEOUT_S ends the session: the socket sends
+        no WebSocket pings, so this is how a connection that died unclosed is noticed."""
         interval = min(HEARTBEAT_MAX_S, float((self.welcome or {}).get("heartbeat_s", 30)))
         while not session.ended.done():
             await asyncio.sleep(interval)
-            await self._confirm()
+            if await self._confirm() is _UNANSWERED and not session.ended.done():
+                session.end(ConnectionError("no answer to a heartbeat: the connection is lost"))
+                return
 
 
 async def _within(future: Awaitable, seconds: float) -> Any:
