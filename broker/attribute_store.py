@@ -12,6 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from broker.models import AttributeValue, Authority, Client
+from broker.prepared import prepared_cursor
 from broker.seals import seal_attestations, store_seals
 
 # One statement for any number of clients: the same values for each listed client, an
@@ -31,6 +32,34 @@ ON CONFLICT (client_id, name) DO UPDATE SET
     set_at = EXCLUDED.set_at, expires_at = EXCLUDED.expires_at, revoked_at = NULL,
     revoked_by = '', seal = NULL
 """
+
+
+# The values each client states about itself, any number of clients in one statement
+# (the updates waiting in a web process are written together).
+UPSERT_STATED = f"""
+INSERT INTO {AttributeValue._meta.db_table}
+    (client_id, name, value, source, authority_id, set_at, expires_at, revoked_at,
+     revoked_by)
+SELECT stated.client_id, given.key, given.value, '{AttributeValue.Source.CLIENT}', NULL,
+       %(now)s, NULL, NULL, ''
+FROM unnest(%(clients)s::bigint[], %(values)s::text[]) AS stated(client_id, document)
+CROSS JOIN jsonb_each(stated.document::jsonb) AS given
+ON CONFLICT (client_id, name) DO UPDATE SET
+    value = EXCLUDED.value, source = EXCLUDED.source, authority_id = NULL,
+    set_at = EXCLUDED.set_at, expires_at = NULL, revoked_at = NULL, revoked_by = '',
+    seal = NULL
+"""
+
+
+def write_stated_values(values_of: Mapping[int, Mapping[str, Any]]) -> None:
+    """Set the values each client (by id) states about itself, in one statement."""
+    parameters = {
+        "clients": list(values_of),
+        "values": [json.dumps(dict(values)) for values in values_of.values()],
+        "now": timezone.now(),
+    }
+    with prepared_cursor() as cursor:
+        cursor.execute(UPSERT_STATED, parameters)
 
 
 def write_values(

@@ -40,6 +40,7 @@ from broker.push.to_agents import client_group
 from broker.reads.deliveries import deliveries_to_replay, last_position_of
 from broker.seals import SealCache, stored_seal
 from broker.services import agents, presence
+from broker.services.clients import Statement
 from broker.services.deliveries import (
     Answer,
     Confirmation,
@@ -88,6 +89,8 @@ SOCKET_CLOSED = (Disconnected, OSError)
 # all that wait).
 _confirmations = GroupCommit(in_thread(confirm_receipts), key=lambda c: c.client.pk)
 _answers = GroupCommit(in_thread(acknowledge_deliveries), key=lambda a: a.delivery_id)
+# And the agents' updates (a fleet reports its load every few seconds).
+_updates = GroupCommit(in_thread(agents.updates), key=lambda s: s.client.pk)
 logger = logging.getLogger(__name__)
 # The connections of this process waiting to log in, at most AGENT_LOGINS_AT_ONCE.
 _logins = protocol.LoginGate(
@@ -342,7 +345,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def on_update(self, request: Request) -> dict:
         values = request.require("values", dict, "an object of attribute values")
-        await in_thread(agents.update)(client=self.client, values=values, actor=self.actor)
+        await _updates.submit(Statement(self.client, values, self.actor))
         return {"type": "ok"}
 
     async def on_policy(self, request: Request) -> dict:

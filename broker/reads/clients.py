@@ -40,24 +40,37 @@ class OwnAttributes:
     stated: dict[str, str]
 
 
-# One statement for what an agent's advertisement or update is checked against: it is
+# One statement for what agents' advertisements and updates are checked against: one is
 # sent at every login, and three ORM queries for it cost the web process more than the
 # login itself (compiling them, not running them).
 OWN_ATTRIBUTES = f"""
-SELECT a.name, a.type, a.self_stated, v.value::text
-FROM {ModelAttribute._meta.db_table} AS a
+SELECT c.id, a.name, a.type, a.self_stated, v.value::text
+FROM unnest(%s::bigint[], %s::bigint[]) AS c(id, model_id)
+JOIN {ModelAttribute._meta.db_table} AS a ON a.model_id = c.model_id
 LEFT JOIN {AttributeValue._meta.db_table} AS v
-  ON v.client_id = %s AND v.name = a.name AND v.source = '{AttributeValue.Source.CLIENT}'
+  ON v.client_id = c.id AND v.name = a.name AND v.source = '{AttributeValue.Source.CLIENT}'
   AND v.expires_at IS NULL AND v.revoked_at IS NULL
-WHERE a.model_id = %s
 """
 
 
 def own_attributes(client: Client) -> OwnAttributes:
     """The client's `OwnAttributes`, in one prepared statement."""
+    return own_attributes_of([client])[client.pk]
+
+
+def own_attributes_of(clients: Iterable[Client]) -> dict[int, OwnAttributes]:
+    """{client id: its `OwnAttributes`} for any number of clients, in one statement."""
+    by_id = {client.pk: client for client in clients}
+    rows_of: dict[int, list] = {client_id: [] for client_id in by_id}
     with prepared_cursor() as cursor:
-        cursor.execute(OWN_ATTRIBUTES, [client.pk, client.model_id])
-        rows = cursor.fetchall()
+        model_ids = [client.model_id for client in by_id.values()]
+        cursor.execute(OWN_ATTRIBUTES, [list(by_id), model_ids])
+        for client_id, *row in cursor.fetchall():
+            rows_of[client_id].append(row)
+    return {client_id: _own(rows) for client_id, rows in rows_of.items()}
+
+
+def _own(rows: list) -> OwnAttributes:
     return OwnAttributes(
         types={name: type_name for name, type_name, _, _ in rows},
         self_stated=frozenset(name for name, _, self_stated, _ in rows if self_stated),

@@ -13,11 +13,16 @@ from typing import Any
 
 from broker import audit, protocol
 from broker.audit import Actor
-from broker.errors import InvalidInput
+from broker.errors import BrokerError, InvalidInput
 from broker.models import Client
 from broker.reads.clients import own_attributes
 from broker.reads.deliveries import deliveries_to_replay, last_position_of, position_after_delivery
-from broker.services.clients import authenticate_client, state_attributes
+from broker.services.clients import (
+    Statement,
+    authenticate_client,
+    state_attributes,
+    state_attributes_of_clients,
+)
 from broker.services.events import SenderSignature, publish_event
 from broker.services.policies import set_policy
 
@@ -89,9 +94,21 @@ def advertise(*, client: Client, values: Mapping[str, Any], actor: Actor) -> Non
 
 def update(*, client: Client, values: Mapping[str, Any], actor: Actor) -> None:
     """The agent changes some of its own attributes."""
-    if not values:
-        raise InvalidInput("values must name at least one attribute", field="values")
-    state_attributes(client=client, values=values, actor=actor)
+    [refusal] = updates([Statement(client, values, actor)])
+    if refusal is not None:
+        raise refusal
+
+
+def updates(statements: list[Statement]) -> list[BrokerError | None]:
+    """`update` for the agents of many sessions at once (broker.group_commit): each
+    one's refusal, or None; what was accepted is written in one transaction."""
+    given = [statement for statement in statements if statement.values]
+    answered = iter(state_attributes_of_clients(given) if given else [])
+    return [next(answered) if statement.values else _nothing_given() for statement in statements]
+
+
+def _nothing_given() -> InvalidInput:
+    return InvalidInput("values must name at least one attribute", field="values")
 
 
 def set_agent_policy(*, client: Client, text: str, actor: Actor) -> int:

@@ -14,13 +14,13 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from broker import audit
-from broker.attribute_store import printable, write_values
+from broker.attribute_store import printable, write_stated_values
 from broker.attributes import check_values
 from broker.audit import Actor
 from broker.credentials import key_digest, new_secret, token_expiry
 from broker.dispatch import entry
-from broker.errors import AuthenticationFailed, InvalidInput, NotAuthorised
-from broker.models import AttributeValue, Client, ClientModel, ClientToken, ModelAttribute
+from broker.errors import AuthenticationFailed, BrokerError, InvalidInput, NotAuthorised
+from broker.models import Client, ClientModel, ClientToken, ModelAttribute
 from broker.prepared import prepared_cursor
 from broker.push import to_agents
 from broker.reads.clients import (
@@ -28,6 +28,7 @@ from broker.reads.clients import (
     canonical_json,
     live_token_ids_sql,
     own_attributes,
+    own_attributes_of,
 )
 from broker.services.tree import attach_to_leaf
 from policies import AttributeType
@@ -313,6 +314,15 @@ def set_clients_active(*, clients: list[Client], active: bool, actor: Actor) -> 
     return len(changing)
 
 
+@dataclass(frozen=True)
+class Statement:
+    """Values a client states about itself, as `actor`."""
+
+    client: Client
+    values: Mapping[str, Any]
+    actor: Actor
+
+
 def state_attributes(
     *, client: Client, values: Mapping[str, Any], actor: Actor, own: OwnAttributes | None = None
 ) -> None:
@@ -322,29 +332,60 @@ def state_attributes(
     and then none of the other values is applied either. `own` is the client's
     `own_attributes`, when the caller has read them already.
     """
-    own = own or own_attributes(client)
+    statement = Statement(client, values, actor)
+    checked = _checked(statement, own or own_attributes(client))
+    if checked is not None:
+        _write_statements([(statement, checked)])
+
+
+def state_attributes_of_clients(statements: list[Statement]) -> list[BrokerError | None]:
+    """`state_attributes` for many clients at once (one statement each, as the updates
+    waiting in a web process are): each is checked on its own, and answered with its
+    refusal (audited) or None; the accepted ones are written in one transaction."""
+    owns = own_attributes_of(statement.client for statement in statements)
+    outcomes: list[BrokerError | None] = []
+    accepted = []
+    for statement in statements:
+        try:
+            checked = _checked(statement, owns[statement.client.pk])
+        except BrokerError as error:
+            outcomes.append(error)
+            continue
+        outcomes.append(None)
+        if checked is not None:
+            accepted.append((statement, checked))
+    if accepted:
+        _write_statements(accepted)
+    return outcomes
+
+
+def _checked(statement: Statement, own: OwnAttributes) -> dict[str, Any] | None:
+    """The statement's values as checked, or None if the client states them already;
+    a refusal is audited and raised."""
     with audit.refusals_recorded(
-        actor=actor,
+        actor=statement.actor,
         action="attributes.state",
-        target=f"client:{client.name}",
-        details={"attempted": printable(values)},
+        target=f"client:{statement.client.name}",
+        details={"attempted": printable(statement.values)},
     ):
-        checked = check_values(own.types, values)
+        checked = check_values(own.types, statement.values)
         _refuse_reserved(own, checked)
-    if _stated_already(own, checked):
-        # An agent states its whole model at every login: the same values again change
-        # nothing, so nothing is written (no history, audit entry or work for the tree),
-        # which a fleet reconnecting at once would otherwise pay for each of its agents.
-        return
+    # An agent states its whole model at every login: the same values again change
+    # nothing, so nothing is written (no history, audit entry or work for the tree),
+    # which a fleet reconnecting at once would otherwise pay for each of its agents.
+    return None if _stated_already(own, checked) else checked
+
+
+def _write_statements(accepted: list[tuple[Statement, dict[str, Any]]]) -> None:
+    """Write checked statements, their audit entries and their changes for the tree."""
+    changes = [
+        audit.Change(s.actor, "attributes.state", f"client:{s.client.name}", {"values": checked})
+        for s, checked in accepted
+    ]
     with transaction.atomic():
-        write_values(client, checked, source=AttributeValue.Source.CLIENT)
-        audit.record_change(
-            actor=actor,
-            action="attributes.state",
-            target=f"client:{client.name}",
-            details={"values": checked},
-        )
-        entry.client_changed(client)
+        write_stated_values({s.client.pk: checked for s, checked in accepted})
+        audit.record_changes(changes)
+        entry.clients_changed([s.client for s, _ in accepted])
 
 
 def _stated_already(own: OwnAttributes, values: Mapping[str, Any]) -> bool:

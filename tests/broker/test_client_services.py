@@ -8,6 +8,7 @@ from broker.models import AttributeHistory, AuditEntry, ClientChange, ClientMode
 from broker.reads.clients import current_attributes
 from broker.services.clients import (
     AttributeSpec,
+    Statement,
     authenticate_client,
     create_client_model,
     issue_token,
@@ -16,6 +17,7 @@ from broker.services.clients import (
     revoke_tokens,
     set_clients_active,
     state_attributes,
+    state_attributes_of_clients,
 )
 from demo.scenario import WEB_SERVER_ATTRIBUTES
 
@@ -158,6 +160,38 @@ def test_claiming_a_reserved_attribute_refuses_everything_and_is_audited(server)
     assert current_attributes(server) == {"software": "IIS"}  # nothing applied half-way
     entry = AuditEntry.objects.using("audit").get(action="attributes.state", outcome="refused")
     assert entry.details["attempted"] == {"software": "nginx", "region": "Northwest"}
+
+
+def test_many_clients_state_at_once_and_each_refusal_is_its_own(web_model, server):
+    others = [
+        register_client(
+            name=f"web-{n}", model=web_model, can_send=False, can_receive=True, actor=OPERATOR
+        )[0]
+        for n in (2, 3, 4)
+    ]
+    state_attributes(client=others[2], values={"load": 0.1}, actor=OPERATOR)
+    written = rows_written()
+    outcomes = state_attributes_of_clients(
+        [
+            Statement(server, {"load": 0.4, "software": "IIS"}, Actor("client", "web-1")),
+            Statement(others[0], {"load": 0.5, "region": "X"}, Actor("client", "web-2")),
+            Statement(others[1], {"load": "high"}, Actor("client", "web-3")),
+            Statement(others[2], {"load": 0.1}, Actor("client", "web-4")),  # as it is
+        ]
+    )
+    assert outcomes[0] is None and outcomes[3] is None
+    assert isinstance(outcomes[1], NotAuthorised) and outcomes[1].field == "region"
+    assert isinstance(outcomes[2], InvalidInput) and outcomes[2].field == "load"
+    assert current_attributes(server) == {"load": 0.4, "software": "IIS"}
+    assert [current_attributes(c) for c in others] == [{}, {}, {"load": 0.1}]
+    history, audit_entries, changes = (a - b for a, b in zip(rows_written(), written, strict=True))
+    assert (history, audit_entries, changes) == (2, 1, 1)  # web-1's two values, one entry
+    entry = AuditEntry.objects.filter(action="attributes.state").latest("pk")
+    assert entry.actor == "client:web-1" and entry.details == {
+        "values": {"load": 0.4, "software": "IIS"}
+    }
+    refused = AuditEntry.objects.using("audit").filter(outcome="refused")
+    assert sorted(refused.values_list("target", flat=True)) == ["client:web-2", "client:web-3"]
 
 
 @pytest.mark.parametrize(
