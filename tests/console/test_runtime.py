@@ -48,12 +48,17 @@ AUTOBAHN_FORMATTING = """
 import console.asgi, txaio
 import autobahn.websocket.protocol as websocket_protocol
 print(websocket_protocol.pformat([("openHandshakeTimeout", 5)]))
+print(websocket_protocol.hltype(len))
 txaio.set_global_log_level("debug")
 print(websocket_protocol.pformat([("openHandshakeTimeout", 5)]))
+print(websocket_protocol.hltype(len))
 """
 
 
-def test_a_web_process_formats_autobahns_debug_settings_only_while_debugging():
-    off, on = _output_of_a_fresh_process(AUTOBAHN_FORMATTING).strip().splitlines()
-    assert off == "(not formatted: debug messages are off)"
-    assert on == "[('openHandshakeTimeout', 5)]"
+def test_a_web_process_formats_autobahns_debug_messages_only_while_debugging():
+    settings_off, name_off, settings_on, name_on = (
+        _output_of_a_fresh_process(AUTOBAHN_FORMATTING).strip().splitlines()
+    )
+    assert settings_off == name_off == "(not formatted: debug messages are off)"
+    assert settings_on == "[('openHandshakeTimeout', 5)]"
+    assert name_on.startswith("<") and name_on != name_off  # coloured, as autobahn does
