@@ -40,7 +40,7 @@ from broker.push.to_agents import client_group
 from broker.reads.deliveries import deliveries_to_replay, last_position_of
 from broker.seals import SealCache, stored_seal
 from broker.services import agents, presence
-from broker.services.clients import Statement
+from broker.services.clients import StatedValues
 from broker.services.deliveries import (
     Answer,
     Confirmation,
@@ -345,7 +345,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def on_update(self, request: Request) -> dict:
         values = request.require("values", dict, "an object of attribute values")
-        await _updates.submit(Statement(self.client, values, self.actor))
+        await _updates.submit(StatedValues(self.client, values, self.actor))
         return {"type": "ok"}
 
     async def on_policy(self, request: Request) -> dict:

@@ -18,7 +18,7 @@ from broker.models import Client
 from broker.reads.clients import own_attributes
 from broker.reads.deliveries import deliveries_to_replay, last_position_of, position_after_delivery
 from broker.services.clients import (
-    Statement,
+    StatedValues,
     authenticate_client,
     state_attributes,
     state_attributes_of_clients,
@@ -94,17 +94,17 @@ def advertise(*, client: Client, values: Mapping[str, Any], actor: Actor) -> Non
 
 def update(*, client: Client, values: Mapping[str, Any], actor: Actor) -> None:
     """The agent changes some of its own attributes."""
-    [refusal] = updates([Statement(client, values, actor)])
+    [refusal] = updates([StatedValues(client, values, actor)])
     if refusal is not None:
         raise refusal
 
 
-def updates(statements: list[Statement]) -> list[BrokerError | None]:
+def updates(all_stated: list[StatedValues]) -> list[BrokerError | None]:
     """`update` for the agents of many sessions at once (broker.group_commit): each
     one's refusal, or None; what was accepted is written in one transaction."""
-    given = [statement for statement in statements if statement.values]
+    given = [stated for stated in all_stated if stated.values]
     answered = iter(state_attributes_of_clients(given) if given else [])
-    return [next(answered) if statement.values else _nothing_given() for statement in statements]
+    return [next(answered) if stated.values else _nothing_given() for stated in all_stated]
 
 
 def _nothing_given() -> InvalidInput:

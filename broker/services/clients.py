@@ -315,7 +315,7 @@ def set_clients_active(*, clients: list[Client], active: bool, actor: Actor) -> 
 
 
 @dataclass(frozen=True)
-class Statement:
+class StatedValues:
     """Values a client states about itself, as `actor`."""
 
     client: Client
@@ -332,43 +332,43 @@ def state_attributes(
     and then none of the other values is applied either. `own` is the client's
     `own_attributes`, when the caller has read them already.
     """
-    statement = Statement(client, values, actor)
-    checked = _checked(statement, own or own_attributes(client))
+    stated = StatedValues(client, values, actor)
+    checked = _checked(stated, own or own_attributes(client))
     if checked is not None:
-        _write_statements([(statement, checked)])
+        _write_stated([(stated, checked)])
 
 
-def state_attributes_of_clients(statements: list[Statement]) -> list[BrokerError | None]:
-    """`state_attributes` for many clients at once (one statement each, as the updates
-    waiting in a web process are): each is checked on its own, and answered with its
+def state_attributes_of_clients(all_stated: list[StatedValues]) -> list[BrokerError | None]:
+    """`state_attributes` for many clients at once (the updates waiting in a web
+    process, one per client): each is checked on its own, and answered with its
     refusal (audited) or None; the accepted ones are written in one transaction."""
-    owns = own_attributes_of(statement.client for statement in statements)
+    owns = own_attributes_of(stated.client for stated in all_stated)
     outcomes: list[BrokerError | None] = []
     accepted = []
-    for statement in statements:
+    for stated in all_stated:
         try:
-            checked = _checked(statement, owns[statement.client.pk])
+            checked = _checked(stated, owns[stated.client.pk])
         except BrokerError as error:
             outcomes.append(error)
             continue
         outcomes.append(None)
         if checked is not None:
-            accepted.append((statement, checked))
+            accepted.append((stated, checked))
     if accepted:
-        _write_statements(accepted)
+        _write_stated(accepted)
     return outcomes
 
 
-def _checked(statement: Statement, own: OwnAttributes) -> dict[str, Any] | None:
-    """The statement's values as checked, or None if the client states them already;
-    a refusal is audited and raised."""
+def _checked(stated: StatedValues, own: OwnAttributes) -> dict[str, Any] | None:
+    """The values as checked, or None if the client states them already; a refusal
+    is audited and raised."""
     with audit.refusals_recorded(
-        actor=statement.actor,
+        actor=stated.actor,
         action="attributes.state",
-        target=f"client:{statement.client.name}",
-        details={"attempted": printable(statement.values)},
+        target=f"client:{stated.client.name}",
+        details={"attempted": printable(stated.values)},
     ):
-        checked = check_values(own.types, statement.values)
+        checked = check_values(own.types, stated.values)
         _refuse_reserved(own, checked)
     # An agent states its whole model at every login: the same values again change
     # nothing, so nothing is written (no history, audit entry or work for the tree),
@@ -376,8 +376,9 @@ def _checked(statement: Statement, own: OwnAttributes) -> dict[str, Any] | None:
     return None if _stated_already(own, checked) else checked
 
 
-def _write_statements(accepted: list[tuple[Statement, dict[str, Any]]]) -> None:
-    """Write checked statements, their audit entries and their changes for the tree."""
+def _write_stated(accepted: list[tuple[StatedValues, dict[str, Any]]]) -> None:
+    """Write checked values, their audit entries and their clients' changes for the
+    tree."""
     changes = [
         audit.Change(s.actor, "attributes.state", f"client:{s.client.name}", {"values": checked})
         for s, checked in accepted

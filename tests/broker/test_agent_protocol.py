@@ -382,6 +382,27 @@ def test_an_answer_that_gives_a_position_also_confirms_receipt(asgi_server, cast
     assert delivery.state == "acked" and delivery.receiver.stream.confirmed_position == 1
 
 
+def test_an_answer_confirming_beyond_the_stream_is_recorded_and_the_confirmation_refused(
+    asgi_server, cast
+):
+    url = agent_url(asgi_server)
+
+    async def flow():
+        async with Agent(url, cast["server"]) as server, Agent(url, cast["controller"]) as ctl:
+            await ctl.publish(COMMAND, selector=IIS_SELECTOR)
+            notification = await next_notification(server)
+            frame = {"type": "ack", "delivery": notification.delivery, "status": "ok"}
+            with pytest.raises(AgentError) as refused:
+                await server.request({**frame, "position": 99})
+            alive = await server.heartbeat()
+            return notification, refused.value, alive
+
+    notification, refused, alive = run(flow())
+    assert refused.code == "invalid" and refused.field == "position" and "beyond" in str(refused)
+    assert Delivery.objects.get(pk=notification.delivery).state == "acked"
+    assert alive["type"] == "heartbeat"
+
+
 def test_acknowledging_twice_is_harmless_but_changing_the_answer_is_refused(asgi_server, cast):
     url = agent_url(asgi_server)
 

@@ -8,7 +8,7 @@ from broker.models import AttributeHistory, AuditEntry, ClientChange, ClientMode
 from broker.reads.clients import current_attributes
 from broker.services.clients import (
     AttributeSpec,
-    Statement,
+    StatedValues,
     authenticate_client,
     create_client_model,
     issue_token,
@@ -173,10 +173,10 @@ def test_many_clients_state_at_once_and_each_refusal_is_its_own(web_model, serve
     written = rows_written()
     outcomes = state_attributes_of_clients(
         [
-            Statement(server, {"load": 0.4, "software": "IIS"}, Actor("client", "web-1")),
-            Statement(others[0], {"load": 0.5, "region": "X"}, Actor("client", "web-2")),
-            Statement(others[1], {"load": "high"}, Actor("client", "web-3")),
-            Statement(others[2], {"load": 0.1}, Actor("client", "web-4")),  # as it is
+            StatedValues(server, {"load": 0.4, "software": "IIS"}, Actor("client", "web-1")),
+            StatedValues(others[0], {"load": 0.5, "region": "X"}, Actor("client", "web-2")),
+            StatedValues(others[1], {"load": "high"}, Actor("client", "web-3")),
+            StatedValues(others[2], {"load": 0.1}, Actor("client", "web-4")),  # as it is
         ]
     )
     assert outcomes[0] is None and outcomes[3] is None
