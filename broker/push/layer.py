@@ -18,7 +18,9 @@ Redis keeps groups only in memory here: one that restarts has forgotten every me
 Each process checks, every MEMBERSHIP_CHECK_S, whether Redis still holds its mark (a
 key with a time to live that the check renews); when the mark is gone, the process adds
 all its channels to their groups again, in one round trip. One command per process per
-check, rather than a join again per socket every few heartbeats.
+check, rather than a join again per socket every few heartbeats. It also adds them
+again every quarter of the layer's group expiry (a member joined longer ago than that
+expiry is dropped from its group: an agent's session can last for days).
 
 Both ends that write from worker threads do so on a plain (blocking) Redis client of
 the same server: leaves push from their routing threads (`group_send_each`), agents'
@@ -158,6 +160,7 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
         self._memberships: dict[str, set[str]] = defaultdict(set)
         self._memberships_lock = threading.Lock()
         self._keeper_task: asyncio.Task | None = None
+        self._joined_again_at = time.monotonic()
         self._mark_key = f"{self.prefix}:process:{secrets.token_hex(8)}"
         self._local_handlers: dict[str, dict[str, LocalHandler]] = defaultdict(dict)
         self._fan_out_queue: asyncio.Queue | None = None
@@ -282,12 +285,15 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
 
     async def check_memberships(self) -> bool:
         """Renew this process's mark in Redis; if it was gone (Redis restarted and forgot
-        the groups too), add every channel of the process to its groups again. True if
-        it did."""
+        the groups too), or a quarter of the group expiry went by, add every channel of
+        the process to its groups again. True if it did."""
         server = self.connection(0)
         lives_s = max(1, round(self.membership_check_s * MARK_LIVES_CHECKS))
-        if await server.set(self._mark_key, 1, ex=lives_s, get=True) is not None:
+        remembered = await server.set(self._mark_key, 1, ex=lives_s, get=True) is not None
+        due = time.monotonic() - self._joined_again_at >= self.group_expiry / 4
+        if remembered and not due:
             return False
+        self._joined_again_at = time.monotonic()
         with self._memberships_lock:
             memberships = [(group, list(members)) for group, members in self._memberships.items()]
         pipe, now = server.pipeline(transaction=False), time.time()
@@ -295,7 +301,8 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
             pipe.zadd(self._group_key(group), dict.fromkeys(members, now))
             pipe.expire(self._group_key(group), self.group_expiry)
         await pipe.execute()
-        logger.info("joined %d groups again (Redis had forgotten them)", len(memberships))
+        why = "before their expiry" if remembered else "Redis had forgotten them"
+        logger.info("joined %d groups again (%s)", len(memberships), why)
         return True
 
     # Receiving: local fan-out -----------------------------------------------------------

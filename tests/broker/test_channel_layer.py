@@ -158,6 +158,27 @@ def test_a_process_joins_its_groups_again_once_redis_has_forgotten_them():
     assert received["groups"] == {"test.keep.beta": ["after"]}
 
 
+def test_a_process_joins_its_groups_again_before_they_would_expire():
+    # A session outlives the layer's group expiry (a day by default): its membership
+    # must be renewed, or pushes to it stop.
+    async def scenario():
+        layer = layer_like_the_settings(group_expiry=8)  # renewed every 2 s
+        channel = await layer.new_channel()
+        await layer.group_add("test.keep.long", channel)
+        server = layer.blocking_client(0)
+        key = layer._group_key("test.keep.long")
+        checks = [await layer.check_memberships(), await layer.check_memberships()]
+        joined_at = server.zscore(key, channel)
+        await asyncio.sleep(2.1)
+        checks.append(await layer.check_memberships())
+        renewed_at = server.zscore(key, channel)
+        await layer.group_discard("test.keep.long", channel)
+        return checks, renewed_at - joined_at
+
+    checks, renewed_after_s = asyncio.run(scenario())
+    assert checks == [True, False, True] and renewed_after_s >= 2
+
+
 def test_the_keeper_checks_by_itself_while_the_process_serves_channels():
     async def scenario():
         layer = layer_like_the_settings(membership_check_s=0.2)
