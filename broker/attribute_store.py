@@ -15,40 +15,40 @@ from broker.models import AttributeValue, Authority, Client
 from broker.prepared import prepared_cursor
 from broker.seals import seal_attestations, store_seals
 
-# One statement for any number of clients: the same values for each listed client, an
-# upsert on the one value per client and attribute. SQL rather than bulk_create, which
-# builds a model instance per row: for a trust officer's 10,000 clients that was most
-# of the time spent.
-UPSERT_VALUES = f"""
+# What a new value replaces of the one a client had for that attribute: everything,
+# its revocation and seal included.
+INSERTED = f"""
 INSERT INTO {AttributeValue._meta.db_table}
     (client_id, name, value, source, authority_id, set_at, expires_at, revoked_at,
      revoked_by)
-SELECT client.id, given.key, given.value, %(source)s, %(authority)s, %(now)s,
-       %(expires_at)s, NULL, ''
-FROM unnest(%(clients)s::bigint[]) AS client(id)
-CROSS JOIN jsonb_each(%(values)s::jsonb) AS given
+"""
+REPLACING = """
 ON CONFLICT (client_id, name) DO UPDATE SET
     value = EXCLUDED.value, source = EXCLUDED.source, authority_id = EXCLUDED.authority_id,
     set_at = EXCLUDED.set_at, expires_at = EXCLUDED.expires_at, revoked_at = NULL,
     revoked_by = '', seal = NULL
 """
 
+# One statement for any number of clients: the same values for each listed client, an
+# upsert on the one value per client and attribute. SQL rather than bulk_create, which
+# builds a model instance per row: for a trust officer's 10,000 clients that was most
+# of the time spent.
+UPSERT_VALUES = f"""{INSERTED}
+SELECT client.id, given.key, given.value, %(source)s, %(authority)s, %(now)s,
+       %(expires_at)s, NULL, ''
+FROM unnest(%(clients)s::bigint[]) AS client(id)
+CROSS JOIN jsonb_each(%(values)s::jsonb) AS given
+{REPLACING}"""
+
 
 # The values each client states about itself, any number of clients in one statement
 # (the updates waiting in a web process are written together).
-UPSERT_STATED = f"""
-INSERT INTO {AttributeValue._meta.db_table}
-    (client_id, name, value, source, authority_id, set_at, expires_at, revoked_at,
-     revoked_by)
+UPSERT_STATED = f"""{INSERTED}
 SELECT stated.client_id, given.key, given.value, '{AttributeValue.Source.CLIENT}', NULL,
        %(now)s, NULL, NULL, ''
 FROM unnest(%(clients)s::bigint[], %(values)s::text[]) AS stated(client_id, document)
 CROSS JOIN jsonb_each(stated.document::jsonb) AS given
-ON CONFLICT (client_id, name) DO UPDATE SET
-    value = EXCLUDED.value, source = EXCLUDED.source, authority_id = NULL,
-    set_at = EXCLUDED.set_at, expires_at = NULL, revoked_at = NULL, revoked_by = '',
-    seal = NULL
-"""
+{REPLACING}"""
 
 
 def write_stated_values(values_of: Mapping[int, Mapping[str, Any]]) -> None:

@@ -507,21 +507,18 @@ def _encoded(frame: dict) -> str:
         return json.dumps(frame, separators=(",", ":"))
 
 
-def _position(request: Request, *, required: bool) -> int | None:
-    """The position up to which an agent confirms it has every delivery."""
+def _position(request: Request, *, required: bool, field: str = "position") -> int | None:
+    """The last position the agent has: up to which `received` and `ack` confirm it has
+    every delivery (`position`), or after which `login` and `resend` ask for more."""
     what = "a whole number, the last position the agent has"
     if required:
-        return request.require("position", int, what)
-    return request.optional("position", int, what, None)
+        return request.require(field, int, what)
+    return request.optional(field, int, what, None)
 
 
 def _after_position(request: Request, *, required: bool) -> int | None:
-    """The last position the agent has, as `login` and `resend` give it."""
-    what = "a whole number, the last position the agent has"
-    if required:
-        after = request.require("after_position", int, what)
-    else:
-        after = request.optional("after_position", int, what, None)
+    """`login`'s and `resend`'s `after_position`: 0 or more."""
+    after = _position(request, required=required, field="after_position")
     if after is not None and after < 0:
         raise InvalidInput("after_position must be 0 or more", field="after_position")
     return after

@@ -92,16 +92,10 @@ def advertise(*, client: Client, values: Mapping[str, Any], actor: Actor) -> Non
     state_attributes(client=client, values=values, actor=actor, own=own)
 
 
-def update(*, client: Client, values: Mapping[str, Any], actor: Actor) -> None:
-    """The agent changes some of its own attributes."""
-    [refusal] = updates([StatedValues(client, values, actor)])
-    if refusal is not None:
-        raise refusal
-
-
 def updates(all_stated: list[StatedValues]) -> list[BrokerError | None]:
-    """`update` for the agents of many sessions at once (broker.group_commit): each
-    one's refusal, or None; what was accepted is written in one transaction."""
+    """Agents change some of their own attributes, those of many sessions at once
+    (broker.group_commit): each one's refusal, or None; what was accepted is written in
+    one transaction."""
     given = [stated for stated in all_stated if stated.values]
     answered = iter(state_attributes_of_clients(given) if given else [])
     return [next(answered) if stated.values else _nothing_given() for stated in all_stated]

@@ -341,6 +341,16 @@ async def next_notification(agent: Agent):
     return await anext(aiter(agent.notifications()))
 
 
+async def a_command_received(receiver: Agent, controller: Agent):
+    """The IIS command, published by `controller`, as `receiver` is notified of it."""
+    await controller.publish(COMMAND, selector=IIS_SELECTOR)
+    return await next_notification(receiver)
+
+
+def answer_to(notification) -> dict:
+    return {"type": "ack", "delivery": notification.delivery, "status": "ok"}
+
+
 def test_advertise_policy_publish_receive_and_ack_through_the_tree(asgi_server, cast):
     url = agent_url(asgi_server)
 
@@ -370,10 +380,10 @@ def test_an_answer_that_gives_a_position_also_confirms_receipt(asgi_server, cast
 
     async def flow():
         async with Agent(url, cast["server"]) as server, Agent(url, cast["controller"]) as ctl:
-            await ctl.publish(COMMAND, selector=IIS_SELECTOR)
-            notification = await next_notification(server)
-            frame = {"type": "ack", "delivery": notification.delivery, "status": "ok"}
-            answer = await server.request({**frame, "position": notification.position})
+            notification = await a_command_received(server, ctl)
+            answer = await server.request(
+                {**answer_to(notification), "position": notification.position}
+            )
             return notification, answer
 
     notification, answer = run(flow())
@@ -389,11 +399,9 @@ def test_an_answer_confirming_beyond_the_stream_is_recorded_and_the_confirmation
 
     async def flow():
         async with Agent(url, cast["server"]) as server, Agent(url, cast["controller"]) as ctl:
-            await ctl.publish(COMMAND, selector=IIS_SELECTOR)
-            notification = await next_notification(server)
-            frame = {"type": "ack", "delivery": notification.delivery, "status": "ok"}
+            notification = await a_command_received(server, ctl)
             with pytest.raises(AgentError) as refused:
-                await server.request({**frame, "position": 99})
+                await server.request({**answer_to(notification), "position": 99})
             alive = await server.heartbeat()
             return notification, refused.value, alive
 
@@ -408,8 +416,7 @@ def test_acknowledging_twice_is_harmless_but_changing_the_answer_is_refused(asgi
 
     async def flow():
         async with Agent(url, cast["server"]) as server, Agent(url, cast["controller"]) as ctl:
-            await ctl.publish(COMMAND, selector=IIS_SELECTOR)
-            notification = await next_notification(server)
+            notification = await a_command_received(server, ctl)
             await server.ack(notification.delivery, "failed", {"exit_code": 3})
             await server.ack(notification.delivery, "failed", {"exit_code": 3})
             with pytest.raises(AgentError) as refused:
@@ -539,8 +546,7 @@ def test_a_consumer_receives_only_its_own_clients_deliveries(asgi_server, cast):
             Agent(url, other) as not_iis,
             Agent(url, cast["controller"]) as ctl,
         ):
-            await ctl.publish(COMMAND, selector=IIS_SELECTOR)
-            got = await next_notification(iis)
+            got = await a_command_received(iis, ctl)
             await in_thread(wait_until_idle)()
             await asyncio.sleep(0.5)
             return got, not_iis._ready.qsize()
@@ -562,8 +568,7 @@ def test_a_session_gets_live_pushes_again_after_redis_forgot_its_group(asgi_serv
         async with Agent(url, cast["server"]) as iis, Agent(url, cast["controller"]) as ctl:
             await in_thread(forget)()
             await in_thread(wait_for)(lambda: redis.exists(group_key), "joined again", 15)
-            await ctl.publish(COMMAND, selector=IIS_SELECTOR)
-            return await next_notification(iis)
+            return await a_command_received(iis, ctl)
 
     got = run(flow())
     assert got.content == COMMAND and got.replay is False
