@@ -200,11 +200,15 @@ class Experiment:
         return self.results
 
     async def _start_readers(self, ready) -> list[asyncio.Task]:
+        """Join every client's group and read them as a web process serves its sockets
+        (broker.push.layer): one task reads the process's messages and hands each
+        client's share to its handler, rather than a reader task woken per client."""
         from channels.layers import get_channel_layer
 
         self.layer = get_channel_layer()
-        readers = [asyncio.create_task(self._reader(client)) for client in self.clients]
-        await asyncio.sleep(0.5)  # let every reader join its group
+        channels = [await self._join(client) for client in self.clients]
+        readers = [asyncio.create_task(self._read(channels[0]))]
+        await asyncio.sleep(0.5)  # let the reader start
         # A driving process that failed to start breaks the barrier: no endless wait.
         await asyncio.get_running_loop().run_in_executor(None, ready.wait, READY_TIMEOUT_S)
         return readers
@@ -220,17 +224,27 @@ class Experiment:
         except TimeoutError:
             self.results.lost_pongs += len(self.cast.pongers) - self.pongs_seen
 
-    async def _reader(self, client) -> None:
-        from broker.push.to_agents import client_group
+    async def _join(self, client) -> str:
+        from broker.push.to_agents import MESSAGE_TYPE, client_group
 
-        channel = await self.layer.new_channel()
-        await self.layer.group_add(client_group(client.id), channel)
+        group = client_group(client.id)
         is_pinger = client.id == self.cast.pinger.id
-        while True:
-            message = await self.layer.receive(channel)
-            for item in message["groups"][client_group(client.id)]:
+
+        async def handle(message: dict) -> None:
+            for item in message["groups"][group]:
                 self.results.notifications += self.counting
                 await self._handle(client, is_pinger, item["content"])
+
+        channel = await self.layer.new_channel()
+        self.layer.deliver_locally(channel, MESSAGE_TYPE, handle)
+        await self.layer.group_add(group, channel)
+        return channel
+
+    async def _read(self, channel: str) -> None:
+        """Keep the process's messages coming: each is handed to the clients' handlers
+        before receive would return, so this returns only for a message of no client."""
+        while True:
+            await self.layer.receive(channel)
 
     async def _handle(self, client, is_pinger: bool, content: dict) -> None:
         if content["kind"] == "ping" and not is_pinger:
@@ -305,6 +319,10 @@ def run_mode(env: dict[str, str], args, mode: str) -> Results:
     build_tree(depth=args.depth, branching=args.branching, actor=SYSTEM)
     forget_earlier_tasks()
     cast = create_cast(args.pongers)
+    if mode == "floor":
+        # The cast's attribute changes woke the tree; the floor's relays do no such
+        # work, and the tree would otherwise never look idle.
+        forget_earlier_tasks()
     workers = start_workers(env, args.workers, mode)
     try:
         wait_for_tree_idle(timeout_s=120)
