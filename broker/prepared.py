@@ -12,8 +12,9 @@ server lets psycopg prepare the statement on the connection's first run of it
 
 from __future__ import annotations
 
+import operator
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from django.conf import settings
@@ -70,3 +71,26 @@ def plan_once() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SET plan_cache_mode = force_generic_plan")
     _planning_once.add(raw)
+
+
+# Arrays as parameters -----------------------------------------------------------------
+# psycopg dumps a list parameter element by element in Python (a dumper call and a
+# regular expression each): for a leaf inserting its deliveries, a sixth of its time.
+# These give PostgreSQL's text form of a one-dimensional array in one join, for a
+# parameter cast to the array's type (`%s::bigint[]`); three times faster.
+
+
+def int_array(values: Iterable[int]) -> str:
+    """`values` (integers only: anything else raises TypeError) as an array literal."""
+    return "{" + ",".join(map(str, map(operator.index, values))) + "}"
+
+
+def text_array(values: Iterable[object]) -> str:
+    """The `str()` of each of `values` as an array literal: every element quoted, its
+    quotes and backslashes escaped (PostgreSQL's array input syntax), so any text
+    stays one element. For text, uuid and timestamp arrays; not for NULLs."""
+    return "{" + ",".join(map(_quoted, values)) + "}"
+
+
+def _quoted(value: object) -> str:
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -28,7 +28,7 @@ from broker.dispatch.routed import (
     live_selectors,
 )
 from broker.dispatch.state import LEAF_LOCK_NAMESPACE, Before, LeafState
-from broker.prepared import prepared_cursor
+from broker.prepared import int_array, prepared_cursor, text_array
 from broker.push import to_agents, to_consoles
 from broker.push.to_agents import Pushed
 from broker.reads.clients import client_names
@@ -449,15 +449,15 @@ def _insert(rows: list[tuple[NewDelivery, int]]) -> tuple[list[Pushed], dict[tup
     return pushed, behind
 
 
-def _columns(rows: list[tuple[NewDelivery, int]]) -> list[list]:
+def _columns(rows: list[tuple[NewDelivery, int]]) -> list[str]:
     return [
-        [d.event_id for d, _ in rows],
-        [d.receiver_id for d, _ in rows],
-        [d.sender_id for d, _ in rows],
-        [d.channel for d, _ in rows],
-        [d.sequence for d, _ in rows],
-        [d.delivered_at for d, _ in rows],
-        [after for _, after in rows],
+        text_array(d.event_id for d, _ in rows),
+        int_array(d.receiver_id for d, _ in rows),
+        int_array(d.sender_id for d, _ in rows),
+        text_array(d.channel for d, _ in rows),
+        int_array(d.sequence for d, _ in rows),
+        text_array(d.delivered_at for d, _ in rows),
+        int_array(after for _, after in rows),
     ]
 
 

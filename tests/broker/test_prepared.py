@@ -11,7 +11,7 @@ from django.db import DataError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from broker.models import Client
-from broker.prepared import plan_once, prepared_cursor
+from broker.prepared import int_array, plan_once, prepared_cursor, text_array
 from broker.reads.deliveries import LAST_POSITION, last_position_of
 from tests.conftest import ROOT, environment_for_test_database
 
@@ -121,3 +121,20 @@ def test_the_setting_switches_preparing_on_and_off(setting, prepared):
         check=True,
     )
     assert result.stdout.strip().splitlines()[-1] == prepared
+
+
+ODD_TEXTS = ["plain", "", "NULL", "a,b", "{x}", 'say "hi"', "back\\slash\\", " lead", "\t", "é✓"]
+
+
+def test_text_written_as_an_array_literal_reads_back_element_for_element():
+    with prepared_cursor() as cursor:
+        cursor.execute("SELECT %s::text[]", [text_array(ODD_TEXTS)])
+        assert cursor.fetchone()[0] == ODD_TEXTS
+
+
+def test_integers_written_as_an_array_literal_read_back_and_nothing_else_is_taken():
+    with prepared_cursor() as cursor:
+        cursor.execute("SELECT %s::bigint[]", [int_array([0, -1, 2**62])])
+        assert cursor.fetchone()[0] == [0, -1, 2**62]
+    with pytest.raises(TypeError):
+        int_array([1, "2,3"])
