@@ -91,6 +91,8 @@ _confirmations = GroupCommit(in_thread(confirm_receipts), key=lambda c: c.client
 _answers = GroupCommit(in_thread(acknowledge_deliveries), key=lambda a: a.delivery_id)
 # And the agents' updates (a fleet reports its load every few seconds).
 _updates = GroupCommit(in_thread(agents.updates), key=lambda s: s.client.pk)
+# And their sessions' presence: logins, heartbeats, closes (a statement per kind).
+_presence = GroupCommit(in_thread(presence.record), key=lambda c: c.client_id)
 logger = logging.getLogger(__name__)
 # The connections of this process waiting to log in, at most AGENT_LOGINS_AT_ONCE.
 _logins = protocol.LoginGate(
@@ -137,7 +139,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
             self.login_deadline.cancel()
         self.channel_layer.stop_delivering_locally(self.channel_name, PUSH_TYPE)
         if self.session_recorded:
-            self._record_presence(presence.session_closed)
+            self._record_presence(presence.Kind.CLOSED)
         if self.group is not None:  # even after half a login
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -270,7 +272,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         self.login_deadline.cancel()
         self._done_waiting(logged_in=True)
         self.session_recorded = True
-        self._record_presence(presence.session_opened, peer=peer)
+        self._record_presence(presence.Kind.OPENED, peer=peer)
 
     def _join_blocking(self, client_id: int) -> None:
         """Join the client's group (from the login's worker thread)."""
@@ -447,12 +449,13 @@ class AgentConsumer(AsyncWebsocketConsumer):
         """Heard from the agent: written at most every PRESENCE_REFRESH_S per session
         (the service also skips rows another session refreshed)."""
         if time.monotonic() - self.seen_at >= settings.PRESENCE_REFRESH_S:
-            self._record_presence(presence.seen)
+            self._record_presence(presence.Kind.SEEN)
 
-    def _record_presence(self, write, **arguments) -> None:
-        """Run `write` for this client in the background, after this session's previous
-        presence write (so a close never overtakes its open). A failure is logged: the
-        session neither waits for its presence nor ends because of it."""
+    def _record_presence(self, kind: presence.Kind, *, peer: str = "") -> None:
+        """Record a change of this session in the background, after its previous one
+        (so a close never overtakes its open), with the other sessions' changes that
+        wait. A failure is logged: the session neither waits for its presence nor ends
+        because of it."""
         self.seen_at = time.monotonic()
         previous, client_id = self.last_presence_write, self.client.id
 
@@ -460,7 +463,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
             if previous is not None:
                 await previous
             try:
-                await in_thread(write)(client_id=client_id, **arguments)
+                await _presence.submit(presence.PresenceChange(client_id, kind, peer))
             except Exception:
                 logger.exception("recording the presence of client %s failed", client_id)
 

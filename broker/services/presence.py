@@ -2,19 +2,24 @@
 last seen (broker.models.AgentPresence). The agent socket calls these; the console
 reads the rows through broker.reads.presence (`is_connected`, `last_seen_bucket`).
 
-Each function is one statement (an upsert), so concurrent sessions of one client, in
-any web process, never lose a count. They are not audited: they observe sessions and
-change nothing anyone decided (the login itself is audited when it is refused).
+Each kind of change is one statement (an upsert) for all the clients of a batch, so
+concurrent sessions of one client, in any web process, never lose a count; a web
+process records its sessions' changes together (broker.consumers). They are not
+audited: they observe sessions and change nothing anyone decided (the login itself is
+audited when it is refused).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
+from enum import StrEnum
 
 from django.conf import settings
+from django.db import transaction
 
 from broker.models import AgentPresence
-from broker.prepared import prepared_cursor
+from broker.prepared import int_array, prepared_cursor, text_array
 from broker.push import to_consoles
 from broker.reads.presence import presence_window
 
@@ -22,11 +27,15 @@ PEER_LENGTH = AgentPresence._meta.get_field("last_peer").max_length
 TABLE = AgentPresence._meta.db_table
 
 # A row not seen within the window only has sessions left open by a web process that
-# died: a new session starts the count, and the connection's start, afresh.
+# died: a new session starts the count, and the connection's start, afresh. Rows are
+# written in client order, whatever the order of the batch: two web processes' batches
+# never wait for each other's rows crosswise.
 OPENED = f"""
 INSERT INTO {TABLE} AS p
     (client_id, sessions, connected_since, last_seen_at, last_peer, updated_at)
-VALUES (%(client)s, 1, now(), now(), %(peer)s, now())
+SELECT i.client, 1, now(), now(), i.peer, now()
+FROM unnest(%(clients)s::bigint[], %(peers)s::text[]) AS i(client, peer)
+ORDER BY i.client
 ON CONFLICT (client_id) DO UPDATE SET
     sessions = CASE WHEN p.last_seen_at < now() - %(window)s THEN 1 ELSE p.sessions + 1 END,
     connected_since = CASE WHEN p.last_seen_at < now() - %(window)s THEN now()
@@ -39,7 +48,9 @@ ON CONFLICT (client_id) DO UPDATE SET
 CLOSED = f"""
 INSERT INTO {TABLE} AS p
     (client_id, sessions, connected_since, last_seen_at, last_peer, updated_at)
-VALUES (%(client)s, 0, NULL, now(), '', now())
+SELECT i.client, 0, NULL, now(), '', now()
+FROM unnest(%(clients)s::bigint[]) AS i(client)
+ORDER BY i.client
 ON CONFLICT (client_id) DO UPDATE SET
     sessions = greatest(p.sessions - 1, 0),
     connected_since = CASE WHEN p.sessions > 1 THEN p.connected_since END,
@@ -52,39 +63,89 @@ ON CONFLICT (client_id) DO UPDATE SET
 SEEN = f"""
 INSERT INTO {TABLE} AS p
     (client_id, sessions, connected_since, last_seen_at, last_peer, updated_at)
-SELECT %(client)s, 1, now(), now(), '', now()
+SELECT i.client, 1, now(), now(), '', now()
+FROM unnest(%(clients)s::bigint[]) AS i(client)
 WHERE NOT EXISTS (
-    SELECT FROM {TABLE} WHERE client_id = %(client)s AND last_seen_at >= now() - %(refresh)s
+    SELECT FROM {TABLE} WHERE client_id = i.client AND last_seen_at >= now() - %(refresh)s
 )
+ORDER BY i.client
 ON CONFLICT (client_id) DO UPDATE SET
     sessions = greatest(p.sessions, 1),
     connected_since = coalesce(p.connected_since, now()),
     last_seen_at = now(),
     updated_at = now()
 WHERE p.last_seen_at < now() - %(refresh)s
+RETURNING p.client_id
 """
+
+
+class Kind(StrEnum):
+    OPENED = "opened"
+    CLOSED = "closed"
+    SEEN = "seen"
+
+
+@dataclass(frozen=True)
+class PresenceChange:
+    """What a session tells of its client: it opened (logged in from `peer`, host:port),
+    closed, or was heard from."""
+
+    client_id: int
+    kind: Kind
+    peer: str = ""
+
+
+def record(changes: list[PresenceChange]) -> list[bool]:
+    """Record sessions' changes, at most one per client (web processes group them: a
+    fleet's heartbeats and logins); a statement per kind present. Returns, per change,
+    whether it wrote: a `seen` is written only when the stored time is older than
+    PRESENCE_REFRESH_S, the others always."""
+    if len({change.client_id for change in changes}) != len(changes):
+        raise ValueError("at most one change per client in one call")
+    by_kind = {kind: [c for c in changes if c.kind == kind] for kind in Kind}
+    # All or nothing: a batch that fails is run again change by change, and a session
+    # counted twice would look connected for ever.
+    with transaction.atomic():
+        written = _seen(by_kind[Kind.SEEN])
+        _opened(by_kind[Kind.OPENED])
+        if by_kind[Kind.CLOSED]:
+            _run(CLOSED, by_kind[Kind.CLOSED])
+    opened_or_closed = [c.client_id for c in changes if c.kind != Kind.SEEN]
+    if opened_or_closed:
+        to_consoles.clients_changed(opened_or_closed)
+    return [change.kind != Kind.SEEN or change.client_id in written for change in changes]
 
 
 def session_opened(*, client_id: int, peer: str) -> None:
     """A session of the client logged in from `peer` (host:port)."""
-    _execute(OPENED, client=client_id, peer=peer[:PEER_LENGTH], window=presence_window())
-    to_consoles.clients_changed([client_id])
+    record([PresenceChange(client_id, Kind.OPENED, peer)])
 
 
 def session_closed(*, client_id: int) -> None:
     """A logged-in session of the client ended; the count never goes below 0."""
-    _execute(CLOSED, client=client_id)
-    to_consoles.clients_changed([client_id])
+    record([PresenceChange(client_id, Kind.CLOSED)])
 
 
 def seen(*, client_id: int) -> bool:
-    """The client's agent was heard from. Written only when the stored time is older
-    than PRESENCE_REFRESH_S; return whether it was."""
+    """The client's agent was heard from; return whether that was written."""
+    return record([PresenceChange(client_id, Kind.SEEN)])[0]
+
+
+def _seen(changes: list[PresenceChange]) -> set[int]:
+    if not changes:
+        return set()
     refresh = timedelta(seconds=settings.PRESENCE_REFRESH_S)
-    return _execute(SEEN, client=client_id, refresh=refresh) > 0
+    return {row[0] for row in _run(SEEN, changes, refresh=refresh)}
 
 
-def _execute(sql: str, **params) -> int:
+def _opened(changes: list[PresenceChange]) -> None:
+    if changes:
+        peers = text_array(change.peer[:PEER_LENGTH] for change in changes)
+        _run(OPENED, changes, peers=peers, window=presence_window())
+
+
+def _run(sql: str, changes: list[PresenceChange], **params) -> list[tuple]:
+    clients = int_array(change.client_id for change in changes)
     with prepared_cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount
+        cursor.execute(sql, {"clients": clients, **params})
+        return cursor.fetchall() if cursor.description else []

@@ -8,7 +8,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 from websockets.sync.client import connect
 
@@ -201,6 +201,40 @@ def test_seen_writes_only_a_row_older_than_the_refresh_interval(cast):
     make_stale(client)
     assert presence.seen(client_id=client.pk)
     assert is_connected(presence_of(client), timezone.now())
+
+
+def test_one_call_records_the_changes_of_many_clients_and_tells_which_seen_it_wrote(cast):
+    first, second, third = Client.objects.order_by("pk")[:3]
+    presence.seen(client_id=third.pk)  # fresh: seeing it again writes nothing
+    written = presence.record(
+        [
+            presence.PresenceChange(third.pk, presence.Kind.SEEN),
+            presence.PresenceChange(first.pk, presence.Kind.OPENED, 'say "hi",{x}:1'),
+            presence.PresenceChange(second.pk, presence.Kind.CLOSED),
+        ]
+    )
+    assert written == [False, True, True]
+    assert (presence_of(first).sessions, presence_of(first).last_peer) == (1, 'say "hi",{x}:1')
+    assert presence_of(second).sessions == 0
+
+
+def test_a_batch_is_written_whole_or_not_at_all(cast):
+    first, second = Client.objects.order_by("pk")[:2]
+    batch = [
+        presence.PresenceChange(first.pk, presence.Kind.OPENED, "10.0.0.1:1"),
+        presence.PresenceChange(second.pk, presence.Kind.CLOSED),
+    ]
+    refused = inserts_refused(AgentPresence._meta.db_table, "NEW.sessions = 0")
+    with refused, pytest.raises(DatabaseError):
+        presence.record(batch)
+    assert presence_of(first) is None  # opened first, undone with the close that failed
+
+
+def test_a_batch_takes_one_change_per_client(cast):
+    client = cast["server_client"]
+    twice = [presence.PresenceChange(client.pk, presence.Kind.SEEN)] * 2
+    with pytest.raises(ValueError, match="one change per client"):
+        presence.record(twice)
 
 
 def test_a_long_peer_address_is_shortened(cast):
