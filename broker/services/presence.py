@@ -80,6 +80,8 @@ RETURNING p.client_id
 
 
 class Kind(StrEnum):
+    """What happened to a session."""
+
     OPENED = "opened"
     CLOSED = "closed"
     SEEN = "seen"
