@@ -82,8 +82,8 @@ def _drop_failed_connections() -> None:
 in_thread = partial(_DatabaseWork, thread_sensitive=False)
 # The seals of recent events, for the live pushes of this process's sockets.
 _seals = SealCache()
-# What a send to a socket that is closing raises: the OSError that the ASGI
-# specification asks of servers (Uvicorn's), and Daphne's (autobahn's) own error.
+# What a send to a socket that is closing raises: Daphne's (autobahn's) own error, and
+# the OSError that the ASGI specification asks of servers.
 SOCKET_CLOSED = (Disconnected, OSError)
 # The sessions' confirmations and answers, each kind run together (one statement for
 # all that wait).

@@ -80,8 +80,6 @@ RETURNING p.client_id
 
 
 class Kind(StrEnum):
-    """What happened to a session."""
-
     OPENED = "opened"
     CLOSED = "closed"
     SEEN = "seen"
