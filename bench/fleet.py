@@ -87,7 +87,7 @@ class Console:
         fd = str(self.listener.fileno())
         if self.asgi == "uvicorn":  # measured beside Daphne (docs/benchmarks.md)
             argv = [str(Path(sys.executable).parent / "uvicorn"), "--fd", fd, "--loop", "uvloop",
-                    "--http", "httptools", "--ws", "websockets", "--no-access-log",
+                    "--http", "httptools", "--ws", "websockets-sansio", "--no-access-log",
                     "--lifespan", "off", "--timeout-graceful-shutdown", "5",
                     "--ws-per-message-deflate", "false",
                     "console.asgi:application"]  # fmt: skip

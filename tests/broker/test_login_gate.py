@@ -79,6 +79,17 @@ def test_the_wait_follows_the_rate_logins_finish_at_since_they_began_finishing()
     assert max(waits) <= 4.1
 
 
+def test_logins_finishing_for_less_than_a_second_are_not_yet_taken_for_a_rate():
+    # A crowd's first ten logins, a tenth of a second ago: measured over that second,
+    # ten a second, and the crowd sent away for up to a minute; assumed, 200.
+    gate = protocol.LoginGate(1, rng=random.Random(5))
+    now = time.monotonic()
+    gate.finished.extend(now - 0.1 + i * 0.01 for i in range(10))
+    gate.arrive()
+    waits = [refused(gate) for _ in range(1000)]
+    assert max(waits) <= 5.1
+
+
 def test_fewer_may_wait_when_logins_finish_slowly():
     """Ten logins over the last four seconds: 2.5 a second, so with 4.2 s of patience
     ten may wait, not the hundred of the limit."""

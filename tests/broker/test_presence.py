@@ -80,6 +80,17 @@ def test_login_makes_the_client_connected_with_one_session(asgi_server, cast):
     assert found.connected_since is not None and found.last_peer.startswith("127.0.0.1:")
 
 
+def test_a_forwarded_for_header_changes_no_peer_the_server_records(asgi_server, cast):
+    # An agent that claims to come from elsewhere: the web server trusts no proxy
+    # header, so the peer (which login lockouts also count by) is who connected.
+    client = cast["server_client"]
+    forged = {"X-Forwarded-For": "203.0.113.9", "X-Real-IP": "203.0.113.9"}
+    with connect(agent_url(asgi_server), additional_headers=forged) as ws:
+        logged_in(ws, cast["server"])
+        sessions_become(client, 1)
+    assert presence_of(client).last_peer.startswith("127.0.0.1:")
+
+
 def test_two_sockets_are_two_sessions_and_closing_both_leaves_none(asgi_server, cast):
     client = cast["server_client"]
     url = agent_url(asgi_server)
