@@ -92,6 +92,7 @@ class LoginGate:
     # after a second or more, so it is counted about once.
     REFUSED_WINDOW_S = 2.0
     ASSUMED_RATE = 200.0  # logins a second, until they have finished long enough to measure
+    RATE_MEASURED_FROM = 10
     RATE_MEASURED_AFTER_S = 1.0
     LONGEST_WAIT_S = 60.0
 
@@ -130,12 +131,17 @@ class LoginGate:
 
     def _rate(self, now: float) -> float:
         """Logins a second, over the time the recent ones took (not the whole window).
-        Not measured until they have been finishing for RATE_MEASURED_AFTER_S: a crowd's
-        first logins, counted over a second that had just begun, made a fast console
-        look ten times slower, and its first refused agents were sent away for a minute
-        (a fleet of 1,000 took 63 s to log in instead of 7). Coming back too early costs
-        a refusal; too late, the agent's whole absence."""
-        if not self.finished or now - self.finished[0] < self.RATE_MEASURED_AFTER_S:
+        Not measured from fewer than RATE_MEASURED_FROM (a few logins now and then say
+        nothing of how fast the console is), nor until they have been finishing for
+        RATE_MEASURED_AFTER_S: a crowd's first logins, counted over a second that had
+        just begun, made a fast console look ten times slower, and its first refused
+        agents were sent away for a minute (a fleet of 1,000 took 63 s to log in
+        instead of 7). Coming back too early costs a refusal; too late, the agent's
+        whole absence."""
+        if (
+            len(self.finished) < self.RATE_MEASURED_FROM
+            or now - self.finished[0] < self.RATE_MEASURED_AFTER_S
+        ):
             return self.ASSUMED_RATE
         return len(self.finished) / (now - self.finished[0])
 

@@ -90,6 +90,16 @@ def test_logins_finishing_for_less_than_a_second_are_not_yet_taken_for_a_rate():
     assert max(waits) <= 5.1
 
 
+def test_a_few_logins_now_and_then_are_not_taken_for_a_slow_console():
+    # One login three seconds ago: a quiet console, not one that logs in a third of an
+    # agent a second. Two may wait at once, as the limit says.
+    gate = protocol.LoginGate(2, patience_s=5.0)
+    gate.finished.append(time.monotonic() - 3.0)
+    gate.arrive()
+    gate.arrive()
+    assert gate.waiting == 2
+
+
 def test_fewer_may_wait_when_logins_finish_slowly():
     """Ten logins over the last four seconds: 2.5 a second, so with 4.2 s of patience
     ten may wait, not the hundred of the limit."""
