@@ -80,6 +80,8 @@ RETURNING p.client_id
 
 
 class Kind(StrEnum):
+    """What happened to a session."""
+
     OPENED = "opened"
     CLOSED = "closed"
     SEEN = "seen"
@@ -103,13 +105,15 @@ def record(changes: list[PresenceChange]) -> list[bool]:
     if len({change.client_id for change in changes}) != len(changes):
         raise ValueError("at most one change per client in one call")
     by_kind = {kind: [c for c in changes if c.kind == kind] for kind in Kind}
+    refresh = timedelta(seconds=settings.PRESENCE_REFRESH_S)
+    opened = by_kind[Kind.OPENED]
+    peers = text_array(change.peer[:PEER_LENGTH] for change in opened)
     # All or nothing: a batch that fails is run again change by change, and a session
     # counted twice would look connected for ever.
     with transaction.atomic():
-        written = _seen(by_kind[Kind.SEEN])
-        _opened(by_kind[Kind.OPENED])
-        if by_kind[Kind.CLOSED]:
-            _run(CLOSED, by_kind[Kind.CLOSED])
+        written = {row[0] for row in _run(SEEN, by_kind[Kind.SEEN], refresh=refresh)}
+        _run(OPENED, opened, peers=peers, window=presence_window())
+        _run(CLOSED, by_kind[Kind.CLOSED])
     opened_or_closed = [c.client_id for c in changes if c.kind != Kind.SEEN]
     if opened_or_closed:
         to_consoles.clients_changed(opened_or_closed)
@@ -131,20 +135,10 @@ def seen(*, client_id: int) -> bool:
     return record([PresenceChange(client_id, Kind.SEEN)])[0]
 
 
-def _seen(changes: list[PresenceChange]) -> set[int]:
-    if not changes:
-        return set()
-    refresh = timedelta(seconds=settings.PRESENCE_REFRESH_S)
-    return {row[0] for row in _run(SEEN, changes, refresh=refresh)}
-
-
-def _opened(changes: list[PresenceChange]) -> None:
-    if changes:
-        peers = text_array(change.peer[:PEER_LENGTH] for change in changes)
-        _run(OPENED, changes, peers=peers, window=presence_window())
-
-
 def _run(sql: str, changes: list[PresenceChange], **params) -> list[tuple]:
+    """Run `sql` for the clients of `changes`, if any; the rows it returns."""
+    if not changes:
+        return []
     clients = int_array(change.client_id for change in changes)
     with prepared_cursor() as cursor:
         cursor.execute(sql, {"clients": clients, **params})
