@@ -5,7 +5,7 @@ Run as a module from the repository root, with the project's interpreter:
     python -m bench.agent_restarts                       # 2,000 commands to 5 agents
     python -m bench.agent_restarts --events 500 --agents 3 --kills 10
 
-Real parts: Daphne, Celery workers running the dispatcher tree, private PostgreSQL and
+Real parts: Uvicorn, Celery workers running the dispatcher tree, private PostgreSQL and
 Redis (var/bench), and `sn-agent run` from a wheel built from agent/ and installed in a
 virtual environment of its own (var/bench/agent-venv), one process per agent, each
 with its configuration, token file and state folder. Each agent's one action appends

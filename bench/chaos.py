@@ -6,13 +6,13 @@ Run as a module from the repository root, with the project's interpreter (.venv/
     python -m bench.chaos                          # 10,000 events to 50 agents, once
     python -m bench.chaos --events 2000 --agents 20 --runs 3
 
-Real parts, as separate processes: Daphne (two, sharing one socket), Celery workers
+Real parts, as separate processes: Uvicorn (two, sharing one socket), Celery workers
 and beat running the dispatcher tree, PostgreSQL and Redis (private ones under
 var/bench: the bench restarts them, so it refuses servers given by URL), and the fleet
 simulator's agents (broker.client over real WebSockets). The bench publishes alerts of
 the Northwest controller on several channels, each addressed to one region's servers,
 with an idempotency key, retrying what fails. While it publishes it SIGKILLs a worker,
-restarts Redis, stops PostgreSQL for a few seconds and SIGKILLs a Daphne process, each
+restarts Redis, stops PostgreSQL for a few seconds and SIGKILLs a web process, each
 brought back as a supervisor would.
 
 Printed per run: events accepted; deliveries recorded (database); notifications the
@@ -46,14 +46,14 @@ from bench.services import (
     wait_for_tree_idle,
     worker_argv,
 )
-from launcher.supervisor import listening_socket
+from launcher.supervisor import listening_socket, web_server_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 
 PORT = int(os.environ.get("BENCH_PORT", "8932"))
 REGIONS = ("Northwest", "Northeast", "Southwest", "Southeast")
 SETTLE_TIMEOUT_S = 240.0
-FAULTS = ("kill a worker", "restart Redis", "stop PostgreSQL", "kill a Daphne process")
+FAULTS = ("kill a worker", "restart Redis", "stop PostgreSQL", "kill a web process")
 OUTAGE_S = 4.0  # how long PostgreSQL stays down, and how long a killed process stays dead
 
 
@@ -72,19 +72,18 @@ class Stack:
     fleet: subprocess.Popen | None = None
 
     def start_console(self, web: int, workers: int) -> None:
-        self.listener = listening_socket("127.0.0.1", PORT)  # kept: Daphne restarts on it
+        self.listener = listening_socket("127.0.0.1", PORT)  # kept: web restarts on it
         # Read now: a worker may have to be restarted while the database is down.
         self.worker_argvs = [worker_argv(f"chaos{index}") for index in range(workers)]
-        self.web = [self._daphne() for _ in range(web)]
+        self.web = [self._web() for _ in range(web)]
         self.workers = [self._worker(index) for index in range(workers)]
         schedule = tempfile.mktemp(prefix="sn-chaos-beat-")
         celery = str(Path(sys.executable).parent / "celery")
         beat = [celery, "-A", "console", "beat", "--loglevel", "ERROR", "--schedule", schedule]
         self.beat = start_process(beat, self.env, stdout=self.log, stderr=self.log)
 
-    def _daphne(self) -> subprocess.Popen:
-        argv = [str(Path(sys.executable).parent / "daphne"), "--fd", str(self.listener.fileno())]
-        argv.append("console.asgi:application")
+    def _web(self) -> subprocess.Popen:
+        argv = web_server_argv(self.listener)  # as the launcher starts it
         fds = (self.listener.fileno(),)
         return start_process(argv, self.env, stdout=self.log, stderr=self.log, pass_fds=fds)
 
@@ -123,11 +122,11 @@ class Stack:
         postgres.stop()
         self._later(postgres.start)
 
-    def kill_daphne(self) -> None:
+    def kill_web(self) -> None:
         victim = self.web[0]
         os.killpg(victim.pid, signal.SIGKILL)
         victim.wait()
-        self._later(lambda: self.web.__setitem__(0, self._daphne()))
+        self._later(lambda: self.web.__setitem__(0, self._web()))
 
     def _later(self, action) -> None:
         timer = threading.Timer(OUTAGE_S, action)
@@ -153,7 +152,7 @@ def publish_stream(stack: Stack, args, run_index: int) -> Published:
     northwest = Client.objects.get(name="northwest-controller")
     published = Published(started=time.monotonic())
     fault_at = {int(args.events * (k + 1) / (len(FAULTS) + 1)): k for k in range(len(FAULTS))}
-    actions = [stack.kill_worker, stack.restart_redis, stack.stop_postgres, stack.kill_daphne]
+    actions = [stack.kill_worker, stack.restart_redis, stack.stop_postgres, stack.kill_web]
     for number in range(args.events):
         if number in fault_at:
             index = fault_at[number]
@@ -330,7 +329,7 @@ def main() -> int:
     parser.add_argument("--agents", type=int, default=50)
     parser.add_argument("--channels", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--web", type=int, default=2, help="Daphne processes (one socket)")
+    parser.add_argument("--web", type=int, default=2, help="web processes (one socket)")
     parser.add_argument("--lifetime", type=int, default=3600, help="events' lifetime, seconds")
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args()

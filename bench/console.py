@@ -31,7 +31,7 @@ Printed per request: median and p95 in ms, SQL queries, and the median as a mult
 the baseline measured in the same run: GET /login/, a template rendered with no query
 beyond the session's.
 
-Then the live updates (bench/console_live.py, skipped with --no-live): a real Daphne
+Then the live updates (bench/console_live.py, skipped with --no-live): a real web process
 serves the console; a status command is recorded for 1,000 servers and received by
 them; a reader watches its page over the console's socket as console.js does
 (refreshing at most every 250 ms) while the bench acknowledges the 1,000 deliveries,
@@ -223,7 +223,7 @@ def measure_live(env: dict[str, str], user):
     from bench.console_events import command_event, spread_receivers
 
     event = command_event(spread_receivers(LIVE_RECEIVERS))
-    return console_live.measure_live(env, FOLDER / "daphne.log", user, event)
+    return console_live.measure_live(env, FOLDER / "web.log", user, event)
 
 
 def report_live(live, budget_ms: float) -> bool:

@@ -1,7 +1,7 @@
 """How soon an event's page shows its acknowledgements, as an operator's browser sees
 them (issue 11).
 
-A real Daphne serves the console. A reader logs in (a session cookie), opens the
+A real web process (Uvicorn) serves the console. A reader logs in (a session cookie), opens the
 console's socket, watches the event's topic and, like static/console/console.js, GETs
 the page again over HTTP on each announcement, at most every data-live-interval (the
 event page's 250 ms), reading the acknowledged count (`data-acked`) of each answer.
@@ -13,7 +13,7 @@ An acknowledgement's latency runs from its commit to the arrival of the first
 refreshed page whose count includes it. The baselines, measured in the same run: an
 announcement group_sent from the bench to the socket, and the socket's ping round trip.
 The reader, the acknowledgements and the announcements share the bench's process (one
-clock), as they share the machine with Daphne and PostgreSQL.
+clock), as they share the machine with the web process and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -69,7 +68,7 @@ def measure_live(env: dict[str, str], log_path: Path, user, event) -> LiveLatenc
     rows = Delivery.objects.filter(event=event).select_related("receiver").order_by("pk")
     deliveries = [(d.receiver, d.pk) for d in rows]
     cookie = session_cookie(user)
-    with daphne(env, log_path) as base_url:
+    with web_process(env, log_path) as base_url:
         reader = PageReader(f"{base_url}/events/{event.pk}/", cookie)
         latency = asyncio.run(_measure(base_url, reader, f"event.{event.pk}", deliveries))
     # The announcements still due go out before the bench stops Redis under them.
@@ -86,18 +85,17 @@ def session_cookie(user) -> str:
 
 
 @contextmanager
-def daphne(env: dict[str, str], log_path: Path) -> Iterator[str]:
-    """One Daphne process serving the console on a free port; yields its base URL."""
-    from launcher.supervisor import listening_socket
+def web_process(env: dict[str, str], log_path: Path) -> Iterator[str]:
+    """One web process serving the console on a free port, started as the launcher
+    starts one; yields its base URL."""
+    from launcher.supervisor import listening_socket, web_server_argv
 
     listener = listening_socket("127.0.0.1", 0)
     port = listener.getsockname()[1]
-    # `python -m daphne`, not the venv's script: its #! line may name another path.
-    argv = [sys.executable, "-m", "daphne", "--fd", str(listener.fileno())]
-    log = open(log_path, "w")  # noqa: SIM115 (Daphne writes it until it stops)
+    log = open(log_path, "w")  # noqa: SIM115 (the server writes it until it stops)
     options = {"stdout": log, "stderr": log, "pass_fds": (listener.fileno(),)}
-    process = start_process([*argv, "console.asgi:application"], env, **options)
-    listener.close()  # Daphne holds it now
+    process = start_process(web_server_argv(listener), env, **options)
+    listener.close()  # the server holds it now
     base_url = f"http://127.0.0.1:{port}"
     try:
         _wait_for_http(f"{base_url}/login/", process)
@@ -112,13 +110,13 @@ def _wait_for_http(url: str, process: subprocess.Popen) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"Daphne exited with {process.returncode}")
+            raise RuntimeError(f"the web server exited with {process.returncode}")
         try:
             with urllib.request.urlopen(url, timeout=2):
                 return
         except OSError:
             time.sleep(0.1)
-    raise RuntimeError(f"Daphne did not answer {url} in time")
+    raise RuntimeError(f"the web server did not answer {url} in time")
 
 
 class PageReader:
@@ -191,7 +189,7 @@ async def _measure(base_url: str, reader: PageReader, topic: str, deliveries) ->
 
 
 async def _ping_round_trips(socket) -> list[float]:
-    """The console socket's ping: socket to Daphne, through Redis, and back."""
+    """The console socket's ping: socket to the web process, through Redis, and back."""
     timings = []
     for number in range(BASELINE_MESSAGES):
         started = time.monotonic()

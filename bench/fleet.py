@@ -6,7 +6,7 @@ Run as a module from the repository root, with the project's interpreter (.venv/
     python -m bench.fleet                    # 1,000 agents, 5 rounds of each
     python -m bench.fleet --agents 200 --rounds 3
 
-Real parts: Daphne serving the agent sockets, Celery workers running the tree,
+Real parts: Uvicorn serving the agent sockets, Celery workers running the tree,
 PostgreSQL and Redis (private ones under var/bench unless DATABASE_URL / REDIS_URL are
 set), and the fleet simulator (`manage.py simulate_fleet`) as separate processes of
 real WebSocket clients. Latency = publish (this process) -> notification read by the
@@ -54,7 +54,7 @@ from bench.services import (
     wait_for_tree_idle,
     worker_argv,
 )
-from launcher.supervisor import listening_socket, web_server_argv
+from launcher.supervisor import WEB_PING_AFTER_S, listening_socket, web_server_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,14 +69,14 @@ PUSH_LOG_KEY = "sn-bench:pushes"
 
 
 class Console:
-    """`web` Daphne processes sharing one listening socket (kept, so that they can be
+    """`web` web processes sharing one listening socket (kept, so that they can be
     killed and started again on it), and Celery workers for the tree."""
 
     def __init__(self, env: dict[str, str], workers: int, web: int, asgi: str) -> None:
         self.env = env
         self.asgi = asgi
         self.listener = listening_socket("127.0.0.1", PORT)
-        self.log = open(ROOT / "var" / "bench" / "daphne.log", "w")  # noqa: SIM115 (kept open)
+        self.log = open(ROOT / "var" / "bench" / "web.log", "w")  # noqa: SIM115 (kept open)
         self.web = [self._start_web() for _ in range(web)]
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         self.workers = [
@@ -85,12 +85,10 @@ class Console:
 
     def _start_web(self) -> subprocess.Popen:
         fd = str(self.listener.fileno())
-        if self.asgi == "uvicorn":  # measured beside Daphne (docs/benchmarks.md)
-            argv = [str(Path(sys.executable).parent / "uvicorn"), "--fd", fd, "--loop", "uvloop",
-                    "--http", "httptools", "--ws", "websockets-sansio", "--no-access-log",
-                    "--lifespan", "off", "--timeout-graceful-shutdown", "5",
-                    "--ws-per-message-deflate", "false",
-                    "console.asgi:application"]  # fmt: skip
+        if self.asgi == "daphne":  # measured beside Uvicorn (docs/benchmarks.md)
+            daphne = str(Path(sys.executable).parent / "daphne")
+            argv = [daphne, "--fd", fd, "--ping-interval", str(WEB_PING_AFTER_S)]
+            argv += ["console.asgi:application"]
         else:
             argv = web_server_argv(self.listener, verbose=True)  # as the launcher starts it
         shared = {"stdout": self.log, "stderr": self.log, "pass_fds": (self.listener.fileno(),)}
@@ -487,10 +485,10 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2, help="fleet processes")
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--web", type=int, default=1, help="Daphne processes (one socket)")
+    parser.add_argument("--web", type=int, default=1, help="web processes (one socket)")
     parser.add_argument(
-        "--asgi", choices=("daphne", "uvicorn"), default="daphne",
-        help="the web processes' ASGI server (the console runs Daphne)",
+        "--asgi", choices=("daphne", "uvicorn"), default="uvicorn",
+        help="the web processes' ASGI server (the console runs Uvicorn)",
     )  # fmt: skip
     parser.add_argument(
         "--no-outage", dest="outage", action="store_false",

@@ -82,8 +82,8 @@ def _drop_failed_connections() -> None:
 in_thread = partial(_DatabaseWork, thread_sensitive=False)
 # The seals of recent events, for the live pushes of this process's sockets.
 _seals = SealCache()
-# What a send to a socket that is closing raises: Daphne's (autobahn's) own error, and
-# the OSError that the ASGI specification asks of servers.
+# What a send to a socket that is closing raises: the OSError that the ASGI
+# specification asks of servers (Uvicorn's), and Daphne's (autobahn's) own error.
 SOCKET_CLOSED = (Disconnected, OSError)
 # The sessions' confirmations and answers, each kind run together (one statement for
 # all that wait).
@@ -103,7 +103,31 @@ _logins = protocol.LoginGate(
 _presence_writes: set[asyncio.Task] = set()
 
 
-class AgentConsumer(AsyncWebsocketConsumer):
+class SendsUntilClosed(AsyncWebsocketConsumer):
+    """A consumer whose frames after it closed the socket, or after the peer went, are
+    dropped rather than raised: frames read before a close are still answered, and a
+    push may cross a close. Uvicorn raises `RuntimeError` on a send after the close
+    (Daphne dropped it), and raising would end the consumer before its disconnect."""
+
+    closed = False  # the close was sent, or the peer is gone
+
+    async def send(self, text_data=None, bytes_data=None, close=False) -> None:
+        if self.closed:
+            return
+        try:
+            await super().send(text_data, bytes_data, close)
+        except SOCKET_CLOSED:
+            self.closed = True
+
+    async def close(self, code=None, reason=None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(*SOCKET_CLOSED):
+            await super().close(code=code, reason=reason)
+
+
+class AgentConsumer(SendsUntilClosed):
     """A managed node's or controller's session."""
 
     async def connect(self) -> None:
@@ -221,13 +245,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self.close(code=protocol.CLOSE_LOGIN_TIMEOUT)
 
     async def _send(self, frame: dict) -> None:
-        """Write `frame`, unless the socket is already closing: frames read before the
-        close are still answered, and the answer is dropped. The disconnect that
-        follows ends the session; raising here would end the consumer before it."""
+        """Write `frame`, unless the socket is closing (as `SendsUntilClosed.send`,
+        without its checks of what is sent: this is every push's path)."""
+        if self.closed:
+            return
         try:
             await self.base_send({"type": "websocket.send", "text": _encoded(frame)})
         except SOCKET_CLOSED:
-            logger.debug("a frame to a closing socket was dropped (%s)", self.actor)
+            self.closed = True
 
     # Requests -----------------------------------------------------------------------
 

@@ -31,8 +31,8 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_LOGIN_TIMEOUT = 4408
 CLOSE_ABUSIVE = 4429
 CLOSE_REVOKED = 4403
-# Failed or busy before login: try again later. Not WebSocket's own 1013: Daphne's
-# WebSocket layer (autobahn) sends only 1000 and 3000-4999, and turned 1013 into 1011.
+# Failed or busy before login: try again later. Not WebSocket's own 1013: agents know
+# 4503 from the first releases, whose server (Daphne) could not send 1013.
 CLOSE_TRY_AGAIN_LATER = 4503
 
 CLIENT_TYPES = frozenset(

@@ -10,6 +10,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django_otp import DEVICE_ID_SESSION_KEY
 
+from broker.consumers import SendsUntilClosed
 from broker.push.to_consoles import EVENTS, FLEET, REPORTS, TREE, console_group
 from broker.roles import READ, needs_second_factor
 
@@ -27,7 +28,7 @@ TOPIC = re.compile(
 MAX_TOPICS = 20
 
 
-class ConsoleConsumer(AsyncJsonWebsocketConsumer):
+class ConsoleConsumer(SendsUntilClosed, AsyncJsonWebsocketConsumer):
     """The console's socket.
 
     `ping`: echo the server's time by way of the Redis channel layer. The reply is not

@@ -231,7 +231,7 @@ CHANNEL_LAYERS = {
             # (broker.push.layer) rather than fail.
             "hosts": [{"address": CHANNEL_LAYER_URL, "socket_timeout": 30, "max_connections": 200}],
             "prefix": "sn-channels",
-            # Messages wait per *process* (every consumer of a Daphne process shares one
+            # Messages wait per *process* (every consumer of a web process shares one
             # Redis key), and a full channel drops messages silently. The default of 100
             # would drop most of a broadcast to a thousand agents on one process.
             "capacity": 100_000,

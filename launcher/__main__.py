@@ -66,14 +66,14 @@ def start_console(
     the whole dispatcher tree, and the beat. Returns the web processes' listening
     socket, which the caller keeps open."""
     python_bin = Path(sys.executable).parent
-    # Several Daphne processes accept from one listening socket: a push to a thousand
+    # Several web processes accept from one listening socket: a push to a thousand
     # agents is bound by one process's single thread, so it is split across cores. The
     # launcher keeps its copy open (never accepting) to hand it to a restarted process.
     listener = listening_socket(host, port)
-    daphne = web_server_argv(listener, verbose=verbose)
+    web_server = web_server_argv(listener, verbose=verbose)
     for index in range(web_processes):
         name = "web" if web_processes == 1 else f"web{index + 1}"
-        supervisor.start(name, daphne, env, pass_fds=(listener.fileno(),))
+        supervisor.start(name, web_server, env, pass_fds=(listener.fileno(),))
     supervisor.start(
         "worker",
         [
@@ -174,7 +174,7 @@ def command_run(args: argparse.Namespace) -> int:
     if not args.verbose:
         env.setdefault("LOG_LEVEL", "WARNING")
     # The children's lines reach the launcher as they are written, not when a buffer
-    # fills (Daphne's access log does not flush), nor never if a child is killed.
+    # fills, nor never if a child is killed.
     env.setdefault("PYTHONUNBUFFERED", "1")
     services = PrivateServers(data_dir)
     supervisor = Supervisor()

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from pytest_django.lazy_django import django_settings_is_configured
 
-from launcher.supervisor import die_with_parent
+from launcher.supervisor import die_with_parent, listening_socket, web_server_argv
 from tests.cast import ADMINISTRATOR, OPERATOR, create_member, log_in_proved
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,14 +97,22 @@ def wait_for_http(url: str, process: subprocess.Popen) -> None:
 
 
 @contextmanager
-def daphne_serving(env: dict[str, str] | None = None) -> Iterator[str]:
-    """A real Daphne process serving the console (HTTP and WebSocket) on a free port,
-    with `env` added to its environment; yields its base URL."""
-    port = free_port()
-    argv = [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
+def console_serving(env: dict[str, str] | None = None) -> Iterator[str]:
+    """A real web process serving the console (HTTP and WebSocket), started as the
+    launcher starts one (its listening socket made here), on a free port, with `env`
+    added to its environment; yields its base URL."""
+    listener = listening_socket("127.0.0.1", 0)
+    port = listener.getsockname()[1]
     environment = {**environment_for_test_database(), **(env or {})}
     # It dies with the test process, so that no server outlives an interrupted run.
-    process = subprocess.Popen(argv, env=environment, cwd=ROOT, preexec_fn=die_with_parent)
+    process = subprocess.Popen(
+        web_server_argv(listener),
+        env=environment,
+        cwd=ROOT,
+        pass_fds=(listener.fileno(),),
+        preexec_fn=die_with_parent,
+    )
+    listener.close()  # the server holds its own copy
     base_url = f"http://127.0.0.1:{port}"
     try:
         wait_for_http(f"{base_url}/login/", process)
@@ -115,15 +123,15 @@ def daphne_serving(env: dict[str, str] | None = None) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def serve_console():
-    """`daphne_serving`, for a test or fixture that needs a Daphne of its own (with
-    settings of its own): `with serve_console({"NAME": "value"}) as base_url: ...`."""
-    return daphne_serving
+    """`console_serving`, for a test or fixture that needs a web process of its own
+    (with settings of its own): `with serve_console({"NAME": "value"}) as base_url:`."""
+    return console_serving
 
 
 @pytest.fixture(scope="session")
 def asgi_server(django_db_setup, django_db_blocker) -> str:
-    """A real Daphne process serving the console, shared by the tests that need one."""
-    with daphne_serving() as base_url:
+    """A real web process serving the console, shared by the tests that need one."""
+    with console_serving() as base_url:
         yield base_url
 
 

@@ -1,7 +1,7 @@
 """The Redis channel layer, plus what a push to thousands of sockets needs.
 
 A leaf that delivers one event to a thousand receivers must reach a thousand client
-groups. With plain `group_send` that is a thousand Redis messages, and a Daphne process
+groups. With plain `group_send` that is a thousand Redis messages, and a web process
 pops them one by one. Here one script, one round trip, reads the members of all the
 groups and gives each receiving process ONE message holding the payloads of the groups
 whose members it serves (`group_send_each`).

@@ -61,7 +61,7 @@ def export_csv(request: HttpRequest) -> HttpResponse:
         return HttpResponse(error.message, status=400, content_type="text/plain")
     record_export(actor=actor_of(request), query=query)
     # Django serves a stream of the other kind whole, from memory: give each server
-    # the kind it streams (Daphne async, WSGI and the test client sync).
+    # the kind it streams (ASGI async, WSGI and the test client sync).
     chunks = csv_chunks_async(query) if isinstance(request, ASGIRequest) else csv_chunks(query)
     response = StreamingHttpResponse(chunks, content_type="text/csv; charset=utf-8")
     stamp = timezone.localtime().strftime("%Y%m%d-%H%M%S")

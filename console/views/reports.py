@@ -144,7 +144,7 @@ def export_csv(request: HttpRequest, run_id: int, section: str) -> HttpResponse:
         raise Http404(f"the {run.kind} report has no section {section!r}")
     services.record_export(actor=actor_of(request), run=run, section=section)
     chunks = csv_chunks(run, section, sections[section])
-    if isinstance(request, ASGIRequest):  # Daphne streams async iterators only
+    if isinstance(request, ASGIRequest):  # an ASGI server streams async iterators only
         chunks = _async_chunks(chunks)
     response = StreamingHttpResponse(chunks, content_type="text/csv; charset=utf-8")
     name = f"{run.kind}-{run.pk}-{section}.csv"

@@ -1,6 +1,6 @@
 """An attacker who can write PostgreSQL and the Redis that carries pushes, but holds no
 private key, cannot make an agent that verifies run anything (docs/security.md,
-"Signed events"). A real `sn-agent run` with [trust], a real Daphne and Celery worker;
+"Signed events"). A real `sn-agent run` with [trust], a real Uvicorn and Celery worker;
 the forgeries are written straight into the database and Redis."""
 
 from __future__ import annotations

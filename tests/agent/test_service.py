@@ -1,5 +1,5 @@
 """`sn-agent run`, as a managed server runs it: a process of its own with a
-configuration file, against a real Daphne and a real Celery worker. Its actions are
+configuration file, against a real Uvicorn and a real Celery worker. Its actions are
 real commands; it is killed and started again as a real one would be."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`sn-agent session`, one session opened by hand as an operator runs it: a separate
-process without Django, against a real Daphne and a real Celery worker."""
+process without Django, against a real Uvicorn and a real Celery worker."""
 
 from __future__ import annotations
 

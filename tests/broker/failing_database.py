@@ -1,5 +1,5 @@
 """Making PostgreSQL itself refuse writes, for tests of what happens when the database
-fails: a trigger that raises, seen by every process (Daphne's too), removed after."""
+fails: a trigger that raises, seen by every process (the web server's too), removed after."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The agent protocol over real WebSockets to a real Daphne, with a real Celery worker
+"""The agent protocol over real WebSockets to a real Uvicorn, with a real Celery worker
 running the tree: login, advertise, policy, publish, receive, ack, reconnect and
 replay, and every error case of docs/protocol.md."""
 
@@ -23,6 +23,7 @@ from broker.models import AuditEntry, Client, Delivery, Event
 from broker.push.to_agents import client_group
 from broker.services.clients import issue_token, revoke_tokens
 from broker.services.signing_keys import set_signing_key
+from launcher.supervisor import WEB_MAX_MESSAGE_BYTES
 from tests.broker.agent_helpers import ISSUER, agent_url, wait_for
 from tests.broker.failing_database import inserts_refused
 from tests.broker.tree_helpers import wait_until_idle
@@ -314,6 +315,17 @@ def test_an_oversized_frame_is_refused_and_the_connection_survives(asgi_server, 
         ws.send(json.dumps({"type": "heartbeat"}))
         assert json.loads(ws.recv(timeout=10))["type"] == "heartbeat"
     assert (error["code"], error["field"]) == ("frame_too_large", "frame")
+
+
+def test_a_frame_beyond_what_the_server_reads_closes_the_socket_as_too_big(asgi_server, cast):
+    # Past WEB_MAX_MESSAGE_BYTES the web server does not read the frame at all: 1009
+    # (message too big), never 1011, and nothing is half done.
+    with connect(agent_url(asgi_server), max_size=None) as ws:
+        logged_in(ws, cast["server"])
+        ws.send(json.dumps({"type": "heartbeat", "padding": "x" * WEB_MAX_MESSAGE_BYTES}))
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd.code == 1009
 
 
 def test_a_flood_is_rate_limited_and_then_disconnected_as_abusive(asgi_server, cast):

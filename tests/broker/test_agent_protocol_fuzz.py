@@ -1,4 +1,4 @@
-"""Fuzzing the agent socket of a real Daphne with malformed frames (Hypothesis).
+"""Fuzzing the agent socket of a real Uvicorn with malformed frames (Hypothesis).
 
 Every field of every client frame gets wrong types, NUL, lone surrogates, NaN and
 Infinity, huge numbers, odd Unicode and deep nesting, before and after login. Each

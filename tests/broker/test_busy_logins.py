@@ -23,7 +23,7 @@ CROWD = 30
 
 @pytest.fixture(scope="module")
 def one_login_at_a_time(django_db_setup, django_db_blocker, serve_console):
-    """A Daphne that lets one connection at a time wait to log in."""
+    """A web process that lets one connection at a time wait to log in."""
     with serve_console({"AGENT_LOGINS_AT_ONCE": "1"}) as base_url:
         yield base_url
 

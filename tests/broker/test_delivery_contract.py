@@ -1,4 +1,4 @@
-"""The delivery contract of docs/protocol.md through the real stack (Daphne, a Celery
+"""The delivery contract of docs/protocol.md through the real stack (Uvicorn, a Celery
 worker, PostgreSQL, Redis): what a worker committed but never pushed still reaches the
 agent, once and in order; receipt is confirmed; what expires unconfirmed says so; and
 a retried publish does not publish twice."""

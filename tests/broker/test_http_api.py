@@ -1,4 +1,4 @@
-"""The HTTP API through a real Daphne, with a real Celery worker running the tree."""
+"""The HTTP API through a real Uvicorn, with a real Celery worker running the tree."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fuzzing the HTTP API of a real Daphne from its own OpenAPI schema (schemathesis).
+"""Fuzzing the HTTP API of a real Uvicorn from its own OpenAPI schema (schemathesis).
 
 Each operation gets requests generated from the schema, valid ones and invalid ones,
 with a valid bearer token of a kind the operation accepts. No answer may be a 5xx,

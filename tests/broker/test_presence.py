@@ -1,4 +1,4 @@
-"""Agents' presence: sessions counted by real sockets to a real Daphne, last seen
+"""Agents' presence: sessions counted by real sockets to a real Uvicorn, last seen
 written at most every PRESENCE_REFRESH_S, and the one rule for "connected"."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def make_stale(client: Client) -> None:
 
 @pytest.fixture(scope="module")
 def quick_refresh_server(django_db_setup, django_db_blocker, serve_console):
-    """A Daphne that writes last seen every QUICK_REFRESH_S instead of every 30 s."""
+    """A web process that writes last seen every QUICK_REFRESH_S instead of every 30 s."""
     with serve_console({"PRESENCE_REFRESH_S": str(QUICK_REFRESH_S)}) as base_url:
         yield base_url
 

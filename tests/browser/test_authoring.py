@@ -1,4 +1,4 @@
-"""The authoring half of the worm scenario, in a real Chromium against a real Daphne
+"""The authoring half of the worm scenario, in a real Chromium against a real Uvicorn
 and Celery worker: a policy author saves the servers' policy to every Macrocorp web
 server by selector (after the live error for a wrong type); a trust officer attests
 the Northwest controller's trust and later revokes it; an auditor reads everything

@@ -1,4 +1,4 @@
-"""Every page of the console, opened in a real Chromium against a real Daphne, runs
+"""Every page of the console, opened in a real Chromium against a real Uvicorn, runs
 with no Content-Security-Policy violation (the page fixture fails a test on any), and
 sends the policy with every response. A new page must be added here: the test fails
 while the console has a page it does not open."""

@@ -1,4 +1,4 @@
-"""The sending half of the worm scenario, in a real Chromium against a real Daphne,
+"""The sending half of the worm scenario, in a real Chromium against a real Uvicorn,
 Celery worker and simulated fleet (agents on real sockets that obey the commands):
 the Northwest alert reaches exactly the Northwest servers; the operator previews and
 sends disable-cgi and watches the acknowledgements arrive live until every vulnerable

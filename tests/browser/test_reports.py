@@ -1,4 +1,4 @@
-"""The report pages in a real Chromium against a real Daphne, the tree's Celery worker
+"""The report pages in a real Chromium against a real Uvicorn, the tree's Celery worker
 and a real reports worker (Spark, the launcher's command line): after the worm
 incident played through the real service, each of the five reports is started from
 its page, followed live until it finishes (no reload), its charts drawn and its table

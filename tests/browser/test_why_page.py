@@ -1,4 +1,4 @@
-"""Why / why not in a real Chromium against a real Daphne and Celery worker: from a
+"""Why / why not in a real Chromium against a real Uvicorn and Celery worker: from a
 server's page an auditor opens why it got the Northwest alert and why it did not get
 the rogue controller's, and a mistyped event id is said in place of the form.
 Screenshots go to var/artifacts."""

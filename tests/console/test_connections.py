@@ -1,5 +1,5 @@
 """A web process closes each HTTP request's database connections when the request ends
-(console.middleware.CloseDatabaseConnections), through a real Daphne process."""
+(console.middleware.CloseDatabaseConnections), through a real web process."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The console socket over a real WebSocket to a real Daphne, through Redis: the
+"""The console socket over a real WebSocket to a real Uvicorn, through Redis: the
 server-time echo, and live announcements of what a page watches."""
 
 import json

@@ -242,8 +242,8 @@ def test_a_killed_web_process_is_restarted_on_the_same_listening_socket(console_
         run.wait_until_healthy()
     finally:
         os.kill(web2, signal.SIGCONT)
-    # Daphne logs a request after answering it: wait for the line rather than race it.
-    run.output.wait_for(r'^\[web1\] .*"GET /healthz.json" 200', timeout_s=5, after=mark)
+    # The web server logs a request after answering it: wait for the line, not race it.
+    run.output.wait_for(r'^\[web1\] .*"GET /healthz.json HTTP/1.1" 200', timeout_s=5, after=mark)
     assert run.output.matching(r"^\[launcher\] \w+ exited", after=mark) == [
         "[launcher] web1 exited (signal SIGKILL); restarting in 1.0 s, restart 1"
     ]
