@@ -88,9 +88,12 @@ def int_array(values: Iterable[int]) -> str:
 def text_array(values: Iterable[object]) -> str:
     """The `str()` of each of `values` as an array literal: every element quoted, its
     quotes and backslashes escaped (PostgreSQL's array input syntax), so any text
-    stays one element. For text, uuid and timestamp arrays; not for NULLs."""
+    stays one element; None is NULL (the text "NULL" is quoted, so stays text). For
+    text, uuid, timestamp and jsonb arrays."""
     return "{" + ",".join(map(_quoted, values)) + "}"
 
 
 def _quoted(value: object) -> str:
+    if value is None:
+        return "NULL"
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'

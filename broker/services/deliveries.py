@@ -8,14 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from psycopg.types.json import Jsonb
 
 from broker import audit
 from broker.audit import Actor
 from broker.credentials import key_digest
 from broker.errors import BrokerError, InvalidInput, NotFound
 from broker.models import AuditEntry, Client, Delivery, ReceiverStream
-from broker.prepared import prepared_cursor
+from broker.prepared import int_array, prepared_cursor, text_array
 from broker.push import to_consoles
 from broker.reads.clients import live_token_ids_sql
 
@@ -145,17 +144,21 @@ ORDER BY input.ord
 
 def _answer_all(answers: list[tuple[Answer, str]]) -> list[tuple]:
     params = {
-        "deliveries": [a.delivery_id for a, _ in answers],
-        "receivers": [a.client.pk for a, _ in answers],
-        "states": [str(state) for _, state in answers],
+        "deliveries": int_array(a.delivery_id for a, _ in answers),
+        "receivers": int_array(a.client.pk for a, _ in answers),
+        "states": text_array(state for _, state in answers),
         # No result: SQL NULL (not JSON null).
-        "results": [None if a.result is None else Jsonb(a.result) for a, _ in answers],
-        "actors": [str(a.actor) for a, _ in answers],
+        "results": text_array(_json_or_none(a.result) for a, _ in answers),
+        "actors": text_array(a.actor for a, _ in answers),
         "done": AuditEntry.Outcome.DONE.value,
     }
     with prepared_cursor() as cursor:  # one statement: its own transaction
         cursor.execute(ANSWER_ALL, params)
         return cursor.fetchall()
+
+
+def _json_or_none(result: dict | None) -> str | None:
+    return None if result is None else json.dumps(result)
 
 
 def _checked_ack(delivery_id: Any, status: Any, result: Any) -> str:
@@ -315,9 +318,9 @@ def _confirm_all(confirmations: list[Confirmation]) -> list[tuple]:
     # The live-token rule's one parameter (the digest) is each row's own.
     sql = CONFIRM_ALL.format(live_ids=live_token_ids_sql().replace("%s", "input.digest"))
     columns = [
-        [c.client.pk for c in confirmations],
-        [c.position for c in confirmations],
-        [None if c.token is None else key_digest(c.token) for c in confirmations],
+        int_array(c.client.pk for c in confirmations),
+        int_array(c.position for c in confirmations),
+        text_array(None if c.token is None else key_digest(c.token) for c in confirmations),
     ]
     with prepared_cursor() as cursor:  # one statement: its own transaction
         cursor.execute(sql, columns)

@@ -3,6 +3,7 @@ connection is told to (broker.prepared)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -138,3 +139,13 @@ def test_integers_written_as_an_array_literal_read_back_and_nothing_else_is_take
         assert cursor.fetchone()[0] == [0, -1, 2**62]
     with pytest.raises(TypeError):
         int_array([1, "2,3"])
+
+
+def test_none_is_written_as_null_and_the_text_null_stays_text():
+    values = [None, "NULL", "null", None, '{"a": [1, "b"]}']
+    with prepared_cursor() as cursor:
+        cursor.execute("SELECT %s::text[]", [text_array(values)])
+        assert cursor.fetchone()[0] == values
+        cursor.execute("SELECT %s::jsonb[]", [text_array([None, '{"a": "\\"x\\""}'])])
+        null, document = cursor.fetchone()[0]  # Django reads jsonb as its text
+        assert (null, json.loads(document)) == (None, {"a": '"x"'})
