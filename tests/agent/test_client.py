@@ -12,6 +12,8 @@ import pytest
 from sn_agent import client as library
 from sn_agent.client import Agent, Notification
 from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import Close
 
 Script = Callable[[ServerConnection, dict, "FakeServer"], Awaitable[None]]
 
@@ -322,6 +324,48 @@ def test_an_agent_told_the_console_is_busy_comes_back_no_sooner_than_asked():
     assert [n.position for n in taken] == [1]
     first, second, third = server.login_times
     assert second - first >= 0.4 and third - second >= 0.3
+
+
+class ClosedAsItOpened:
+    """A socket the console refused as busy as it opened and closed before the agent
+    sent its login: the send fails, and the `busy` frame waits in the reader."""
+
+    closed = ConnectionClosed(Close(4503, "busy"), Close(4503, "busy"), rcvd_then_sent=True)
+
+    def __init__(self, retry_after_s: float) -> None:
+        refusal = {"type": "error", "ref": None, "code": "busy", "field": None}
+        self.frames = [json.dumps({**refusal, "message": "busy", "retry_after_s": retry_after_s})]
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> str:
+        await asyncio.sleep(0.05)  # the reader comes to it after the login was tried
+        if self.frames:
+            return self.frames.pop(0)
+        raise self.closed
+
+    async def send(self, text: str) -> None:
+        raise self.closed
+
+    async def close(self) -> None:
+        pass
+
+
+def test_a_login_whose_socket_closed_before_it_was_sent_still_honours_the_busy_frame(
+    monkeypatch,
+):
+    # Ten thousand agents at once: the refusal and its close often reached the agent
+    # before its login went out, and it came back after its own short back-off,
+    # refused again (19,850 refusals for 10,000 logins).
+    async def connect(*args, **kwargs):
+        return ClosedAsItOpened(retry_after_s=2.5)
+
+    monkeypatch.setattr(library.websockets, "connect", connect)
+    with pytest.raises(library.TryAgainLater) as refused:
+        run(Agent("ws://unused/", "snt_test").connect())
+    assert refused.value.retry_after_s == 2.5
+    assert library._asked_to_wait(refused.value) == 2.5
 
 
 @pytest.mark.parametrize(

@@ -44,6 +44,8 @@ GAP_WAIT_S = 1.0
 # welcome asks for more often.
 HEARTBEAT_MAX_S = 30.0
 CLOSE_CONFIRM_TIMEOUT_S = 2.0
+# How long a login whose socket closed waits for the reader to say why it closed.
+CLOSE_READ_S = 1.0
 
 
 # What `_confirm` returns when the server did not answer in time.
@@ -227,6 +229,13 @@ class Agent:
             login["after_position"] = self.position
         try:
             self.welcome = await self.request(login)
+        except ConnectionClosed as closed:
+            # Refused as busy as it connected, the socket may close before the login
+            # is sent: the reader has the `busy` frame that came first, and with it
+            # how long to stay away (coming back at once would only be refused again).
+            why = await _why_ended(session, closed)
+            await self._end_session()
+            raise why from None
         except BaseException:
             await self._end_session()
             raise
@@ -521,6 +530,14 @@ class Agent:
             if await self._confirm() is _UNANSWERED and not session.ended.done():
                 session.end(ConnectionError("no answer to a heartbeat: the connection is lost"))
                 return
+
+
+async def _why_ended(session: _Session, closed: ConnectionClosed) -> BaseException:
+    """Why `session` ended, as its reader tells once it has read up to the close
+    (`closed` if it has not within a second)."""
+    with contextlib.suppress(asyncio.TimeoutError):
+        return await _within(asyncio.shield(session.ended), CLOSE_READ_S)
+    return closed
 
 
 async def _within(future: Awaitable, seconds: float) -> Any:
