@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -24,7 +25,6 @@ from typing import Any
 
 import orjson
 from asgiref.sync import SyncToAsync
-from autobahn.exception import Disconnected
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -82,9 +82,21 @@ def _drop_failed_connections() -> None:
 in_thread = partial(_DatabaseWork, thread_sensitive=False)
 # The seals of recent events, for the live pushes of this process's sockets.
 _seals = SealCache()
-# What a send to a socket that is closing raises: the OSError that the ASGI
-# specification asks of servers (Uvicorn's), and Daphne's (autobahn's) own error.
-SOCKET_CLOSED = (Disconnected, OSError)
+
+
+def _socket_closed_errors() -> tuple[type[BaseException], ...]:
+    """What a send to a socket that is closing raises: the OSError that the ASGI
+    specification asks of servers (Uvicorn's), and, when Daphne serves (it imported
+    autobahn before the application), autobahn's own error. Not imported otherwise:
+    autobahn costs a web process 20 MB."""
+    if "daphne.server" not in sys.modules:
+        return (OSError,)
+    from autobahn.exception import Disconnected
+
+    return (OSError, Disconnected)
+
+
+SOCKET_CLOSED = _socket_closed_errors()
 # The sessions' confirmations and answers, each kind run together (one statement for
 # all that wait).
 _confirmations = GroupCommit(in_thread(confirm_receipts), key=lambda c: c.client.pk)

@@ -1,5 +1,6 @@
 """Process-wide tuning of the long-running server processes: the garbage collector
-(web and tree workers), and a debug message of Daphne's WebSocket layer (web).
+(web and tree workers), and a debug message of Daphne's WebSocket layer (web, when
+`bench.fleet --asgi daphne` runs Daphne in Uvicorn's place).
 
 A web process holding five hundred agents' sockets tracks a quarter of a million
 objects, and CPython's full collections walk all of them while holding the GIL: in
@@ -25,9 +26,8 @@ from __future__ import annotations
 
 import gc
 import pprint
+import sys
 from functools import partial
-
-import txaio
 
 # Allocations (net of deallocations) between young collections: CPython's default is
 # 700. A collection of 50,000 young objects takes a few milliseconds.
@@ -46,8 +46,12 @@ def tune_garbage_collector() -> None:
 
 
 def skip_autobahn_debug_formatting() -> None:
-    """Call once in a web process: autobahn's WebSocket protocol formats its debug
-    messages' settings only while its debug messages are logged."""
+    """Call once in a web process: under Daphne (which imported autobahn before the
+    application), autobahn's WebSocket protocol formats its debug messages' settings
+    only while its debug messages are logged. Under Uvicorn, nothing: autobahn is not
+    imported (it and Twisted would cost a web process 40 MB)."""
+    if "autobahn.websocket.protocol" not in sys.modules:
+        return
     import autobahn.websocket.protocol as websocket_protocol
 
     websocket_protocol.pformat = _pformat_if_debugging
@@ -55,6 +59,8 @@ def skip_autobahn_debug_formatting() -> None:
 
 
 def _debugging() -> bool:
+    import txaio  # autobahn's logging: imported only under Daphne
+
     return txaio.get_global_log_level() in {"debug", "trace"}
 
 

@@ -56,7 +56,6 @@ DATABASES = {
 REDIS_URL = check_redis_url("REDIS_URL", env_str("REDIS_URL"))
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.humanize",
     "django.contrib.auth",

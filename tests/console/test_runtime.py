@@ -45,6 +45,7 @@ def test_a_plain_import_of_the_settings_leaves_the_collector_alone():
 
 
 AUTOBAHN_FORMATTING = """
+import daphne.server  # Daphne imports its server, and so autobahn, before the application
 import console.asgi, txaio
 import autobahn.websocket.protocol as websocket_protocol
 print(websocket_protocol.pformat([("openHandshakeTimeout", 5)]))
@@ -55,10 +56,22 @@ print(websocket_protocol.hltype(len))
 """
 
 
-def test_a_web_process_formats_autobahns_debug_messages_only_while_debugging():
+def test_a_web_process_under_daphne_formats_autobahns_debug_messages_only_while_debugging():
     settings_off, name_off, settings_on, name_on = (
         _output_of_a_fresh_process(AUTOBAHN_FORMATTING).strip().splitlines()
     )
     assert settings_off == name_off == "(not formatted: debug messages are off)"
     assert settings_on == "[('openHandshakeTimeout', 5)]"
     assert name_on.startswith("<") and name_on != name_off  # coloured, as autobahn does
+
+
+UNDER_UVICORN = """
+import sys
+import console.asgi
+print(sorted({m.split(".")[0] for m in sys.modules} & {"daphne", "twisted", "autobahn", "txaio"}))
+"""
+
+
+def test_a_web_process_under_uvicorn_imports_neither_daphne_nor_twisted_nor_autobahn():
+    # Together they would cost each web process 40 MB (docs/benchmarks.md).
+    assert _output_of_a_fresh_process(UNDER_UVICORN).strip().splitlines()[-1] == "[]"
