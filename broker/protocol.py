@@ -82,18 +82,17 @@ class LoginGate:
     """At most `limit` connections of one process waiting to be logged in (connected,
     login not yet done), and fewer when logins finish so slowly that the last of them
     would wait past `patience_s`. Beyond it a connection is refused at once with a time to
-    come back, drawn at random over how long those already waiting would take at the
-    rate logins have been finishing, so that a fleet that comes back at once (after an
-    outage) is spread over that time instead of all retrying together, and no agent
-    waits on a crowded process until its login times out."""
+    come back: a slot of its own, after those waiting and those refused before it, one
+    every so often at the rate logins have been finishing, so that a fleet that comes
+    back at once (after an outage) is logged in as fast as the process can, each agent
+    refused about once, and no agent waits on a crowded process until its login times
+    out."""
 
     RATE_WINDOW_S = 5.0  # logins finished over this long give the rate
-    # Refusals over this long are the crowd still to come: a refused agent is back
-    # after a second or more, so it is counted about once.
-    REFUSED_WINDOW_S = 2.0
     ASSUMED_RATE = 200.0  # logins a second, until they have finished long enough to measure
     RATE_MEASURED_FROM = 10
     RATE_MEASURED_AFTER_S = 1.0
+    SHORTEST_WAIT_S = 1.0  # a refused agent is not asked back sooner
     LONGEST_WAIT_S = 60.0
 
     def __init__(
@@ -104,7 +103,7 @@ class LoginGate:
         self.patience_s = patience_s
         self.waiting = 0
         self.finished: deque[float] = deque()  # when each recent login finished
-        self.refused: deque[float] = deque()  # when each recent refusal was made
+        self.booked_until = 0.0  # the last refused agent's slot (time.monotonic())
         self.rng = rng or random.Random()
 
     def arrive(self) -> None:
@@ -124,10 +123,8 @@ class LoginGate:
             self.finished.append(time.monotonic())
 
     def _forget_before(self, now: float) -> None:
-        for recent, window_s in ((self.finished, self.RATE_WINDOW_S),
-                                 (self.refused, self.REFUSED_WINDOW_S)):  # fmt: skip
-            while recent and recent[0] < now - window_s:
-                recent.popleft()
+        while self.finished and self.finished[0] < now - self.RATE_WINDOW_S:
+            self.finished.popleft()
 
     def _rate(self, now: float) -> float:
         """Logins a second, over the time the recent ones took (not the whole window).
@@ -146,10 +143,19 @@ class LoginGate:
         return len(self.finished) / (now - self.finished[0])
 
     def _retry_after(self, now: float) -> float:
-        self.refused.append(now)
-        backlog_s = (self.waiting + len(self.refused)) / self._rate(now)
-        backlog_s = min(self.LONGEST_WAIT_S, backlog_s)
-        return math.ceil(self.rng.uniform(1.0, max(1.0, backlog_s)) * 10) / 10
+        """The refused agent's slot: the next free one, 1/rate seconds after the last
+        booked. Drawn at random over the whole backlog instead, a crowd's early comers
+        were refused again and sent to its back: 10,000 agents that honoured it took
+        78 s to log in, against 51 s for agents that came back at once. Slots beyond
+        LONGEST_WAIT_S are not booked: those agents are spread over that time."""
+        rate = self._rate(now)
+        first_free = now + max(self.SHORTEST_WAIT_S, self.waiting / rate)
+        slot = max(self.booked_until, first_free) + 1.0 / rate
+        if slot - now > self.LONGEST_WAIT_S:
+            wait = self.rng.uniform(self.SHORTEST_WAIT_S, self.LONGEST_WAIT_S)
+        else:
+            self.booked_until, wait = slot, slot - now
+        return min(self.LONGEST_WAIT_S, math.ceil(wait * 10) / 10)
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The login gate (broker.protocol.LoginGate): at most so many connections of a web
-process waiting to log in; beyond, a refusal that says when to come back, spread over
-the backlog."""
+process waiting to log in; beyond, a refusal that says when to come back: a slot of its
+own, at the rate logins finish."""
 
 from __future__ import annotations
 
@@ -50,15 +50,31 @@ def test_the_refusal_says_when_to_come_back_in_its_frame():
     }
 
 
-def test_a_crowd_of_refused_logins_is_told_to_come_back_over_the_time_the_backlog_takes():
-    gate = protocol.LoginGate(1, rng=random.Random(7))
+def test_a_crowd_of_refused_logins_is_booked_a_slot_each_at_the_rate_logins_finish():
+    gate = protocol.LoginGate(1)
     gate.arrive()
     waits = [refused(gate) for _ in range(1000)]
-    # 1,000 refused at the assumed 200 logins a second: five seconds of backlog, and
-    # no wait beyond it or below a second; the later refused, the wider the spread.
-    assert min(waits) >= 1.0 and max(waits) <= 5.1
-    assert max(waits[-100:]) > 4.0
-    assert len(set(waits)) > 30
+    # 1,000 refused at the assumed 200 logins a second: one every 5 ms from a second
+    # on, in the order they were refused, the last five seconds later.
+    assert waits == sorted(waits)
+    assert waits[0] == 1.1 and waits[-1] in (6.0, 6.1)
+    assert abs(waits[499] - 3.5) <= 0.1
+    assert max(waits.count(w) for w in set(waits)) <= 21  # about 20 a tenth of a second
+
+
+def test_slots_already_past_are_not_booked_again():
+    gate = protocol.LoginGate(1)
+    gate.arrive()
+    gate.booked_until = time.monotonic() - 30.0  # an earlier crowd's, long logged in
+    assert refused(gate) == 1.1
+
+
+def test_a_crowd_beyond_a_minute_of_slots_is_spread_over_that_minute():
+    gate = protocol.LoginGate(0, rng=random.Random(7))
+    waits = [refused(gate) for _ in range(20_000)]  # a minute at 200 a second: 12,000
+    booked, beyond = waits[:11_500], waits[12_500:]
+    assert booked == sorted(booked) and max(booked) <= protocol.LoginGate.LONGEST_WAIT_S
+    assert min(beyond) < 10.0 and max(beyond) > 50.0
 
 
 def test_no_refusal_asks_for_more_than_a_minute():
@@ -68,26 +84,26 @@ def test_no_refusal_asks_for_more_than_a_minute():
 
 
 def test_the_wait_follows_the_rate_logins_finish_at_since_they_began_finishing():
-    gate = protocol.LoginGate(1, rng=random.Random(3))
+    gate = protocol.LoginGate(1)
     for _ in range(50):  # fifty logins finished within the last moment: a fast console
         gate.arrive()
         gate.leave(logged_in=True)
     gate.arrive()
     waits = [refused(gate) for _ in range(200)]
     # 50 a second at least (measured over a second, not the five-second window): the
-    # 200 refused take four seconds at most, not twenty.
-    assert max(waits) <= 4.1
+    # 200 refused are booked over four seconds at most, not twenty.
+    assert max(waits) <= 1.0 + 4.1
 
 
 def test_logins_finishing_for_less_than_a_second_are_not_yet_taken_for_a_rate():
     # A crowd's first ten logins, a tenth of a second ago: measured over that second,
     # ten a second, and the crowd sent away for up to a minute; assumed, 200.
-    gate = protocol.LoginGate(1, rng=random.Random(5))
+    gate = protocol.LoginGate(1)
     now = time.monotonic()
     gate.finished.extend(now - 0.1 + i * 0.01 for i in range(10))
     gate.arrive()
     waits = [refused(gate) for _ in range(1000)]
-    assert max(waits) <= 5.1
+    assert max(waits) <= 1.0 + 5.1
 
 
 def test_a_few_logins_now_and_then_are_not_taken_for_a_slow_console():
