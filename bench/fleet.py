@@ -365,6 +365,11 @@ class LoggedIn:
                 report = json.loads(line)
                 self.latest[report["fleet"]] = report
 
+    def now_since(self, since: float) -> int:
+        """How many are logged in, by the reports of fleet processes made after `since`
+        (unix time); a process that has said nothing since counts none."""
+        return sum(r["logged_in"] for r in self.latest.values() if r["at"] > since)
+
     def all_back_since(self, since: float, agents: int) -> float | None:
         """When the last agent was logged in again, if all are and every fleet process
         said so after `since` (unix time); else None."""
@@ -381,16 +386,31 @@ def come_back_after_an_outage(console: Console, logged_in: LoggedIn, agents: int
     killed_at = time.time()
     console.kill_web()
     console.start_web_again()
-    deadline = time.monotonic() + OUTAGE_TIMEOUT_S
+    back_at, every_10_s = _wait_until_all_back(logged_in, killed_at, agents)
+    if back_at is None:
+        now = logged_in.now_since(killed_at)
+        print(f"  warning: {now} of {agents} agents logged in {OUTAGE_TIMEOUT_S:g} s"
+              " after the kill")  # fmt: skip
+    else:
+        print(f"{'back after every web process died':>34}: all {agents} agents logged in"
+              f" again {back_at - killed_at:.1f} s after the kill")  # fmt: skip
+    print(f"{'logged in again, every 10 s':>34}: {', '.join(map(str, every_10_s))}", flush=True)
+
+
+def _wait_until_all_back(
+    logged_in: LoggedIn, killed_at: float, agents: int
+) -> tuple[float | None, list[int]]:
+    """When the last agent was back (None if not within OUTAGE_TIMEOUT_S), and how many
+    were logged in 10, 20, 30... s after the kill until then."""
+    deadline, every_10_s = time.monotonic() + OUTAGE_TIMEOUT_S, []
     while time.monotonic() < deadline:
         back_at = logged_in.all_back_since(killed_at, agents)
         if back_at is not None:
-            print(f"{'back after every web process died':>34}: all {agents} agents logged in"
-                  f" again {back_at - killed_at:.1f} s after the kill", flush=True)  # fmt: skip
-            return
+            return back_at, every_10_s
+        if time.time() - killed_at >= 10 * (len(every_10_s) + 1):
+            every_10_s.append(logged_in.now_since(killed_at))
         time.sleep(0.2)
-    now = sum(r["logged_in"] for r in logged_in.latest.values())
-    print(f"  warning: {now} of {agents} agents logged in {OUTAGE_TIMEOUT_S:g} s after the kill")
+    return None, every_10_s
 
 
 def connect_fleet(args, env, console: Console, stats_dir):
