@@ -212,18 +212,26 @@ class Phases:
         self.rows: list[tuple[str, float, dict[str, float], float]] = []
 
     def measure(self, name: str, phase):
-        """Run `phase()` and return what it returns; a part's processes may be added
-        during the phase (all their CPU time is then the phase's)."""
+        """Run `phase()` and return what it returns. A part's processes may come and go
+        during the phase: one added counts all its CPU time, one that died counts none
+        (the outage's killed web processes, which spent next to nothing in it)."""
         load, started = os.getloadavg()[0], time.monotonic()
-        before = {part: self._cpu(part) for part in self.parts}
+        before = {part: self._cpu_by_pid(part) for part in self.parts}
         result = phase()
-        spent = {part: self._cpu(part) - before[part] for part in self.parts}
+        spent = {
+            part: sum(
+                cpu - before[part].get(pid, 0.0) for pid, cpu in self._cpu_by_pid(part).items()
+            )
+            for part in self.parts
+        }
         self.rows.append((name, load, spent, time.monotonic() - started))
         return result
 
-    def _cpu(self, part: str) -> float:
-        # The bench's children are the others: its own time only.
-        return cpu_seconds(self.parts[part], children=part != "bench")
+    def _cpu_by_pid(self, part: str) -> dict[int, float]:
+        """Each living process's CPU seconds (the bench's children are the other parts:
+        its own time only)."""
+        living = [pid for pid in self.parts[part] if Path(f"/proc/{pid}").exists()]
+        return {pid: cpu_seconds([pid], children=part != "bench") for pid in living}
 
     def print(self) -> None:
         parts = list(self.parts)
@@ -294,7 +302,9 @@ def run(args, env: dict[str, str]) -> None:
         ids = list(Client.objects.filter(name__startswith="web-").values_list("id", flat=True))
         phases.measure("baseline (bare pushes)", lambda: push_baseline(args.rounds, ids))
         if args.outage:
-            come_back_after_an_outage(console, logged_in, args.agents)
+            outage = partial(come_back_after_an_outage, console, logged_in, args.agents,
+                             web_pids=phases.parts["web"])  # fmt: skip
+            phases.measure("outage (kill, all back)", outage)
     finally:
         stop([fleet])  # first: its agents write what they received as they stop
         stop(console.processes)
@@ -380,12 +390,16 @@ class LoggedIn:
         return None
 
 
-def come_back_after_an_outage(console: Console, logged_in: LoggedIn, agents: int) -> None:
-    """Kill every web process at once, start them again, and time until every agent
-    is logged in again."""
+def come_back_after_an_outage(
+    console: Console, logged_in: LoggedIn, agents: int, *, web_pids: list[int]
+) -> None:
+    """Kill every web process at once, start them again (their pids added to
+    `web_pids`, for the phase's CPU time), and time until every agent is logged in
+    again."""
     killed_at = time.time()
     console.kill_web()
     console.start_web_again()
+    web_pids.extend(process.pid for process in console.web)
     back_at, every_10_s = _wait_until_all_back(logged_in, killed_at, agents)
     if back_at is None:
         now = logged_in.now_since(killed_at)
@@ -394,7 +408,8 @@ def come_back_after_an_outage(console: Console, logged_in: LoggedIn, agents: int
     else:
         print(f"{'back after every web process died':>34}: all {agents} agents logged in"
               f" again {back_at - killed_at:.1f} s after the kill")  # fmt: skip
-    print(f"{'logged in again, every 10 s':>34}: {', '.join(map(str, every_10_s))}", flush=True)
+    if every_10_s:
+        print(f"{'logged in again, every 10 s':>34}: {', '.join(map(str, every_10_s))}")
 
 
 def _wait_until_all_back(
