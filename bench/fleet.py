@@ -44,7 +44,7 @@ from functools import partial
 from pathlib import Path
 
 from bench.services import (
-    cpu_seconds,
+    cpu_seconds_each,
     fleet_stats,
     fresh_database,
     provide_services,
@@ -228,10 +228,8 @@ class Phases:
         return result
 
     def _cpu_by_pid(self, part: str) -> dict[int, float]:
-        """Each living process's CPU seconds (the bench's children are the other parts:
-        its own time only)."""
-        living = [pid for pid in self.parts[part] if Path(f"/proc/{pid}").exists()]
-        return {pid: cpu_seconds([pid], children=part != "bench") for pid in living}
+        # The bench's children are the other parts: its own time only.
+        return cpu_seconds_each(self.parts[part], children=part != "bench")
 
     def print(self) -> None:
         parts = list(self.parts)

@@ -87,8 +87,18 @@ def cpu_seconds(pids: list[int], *, children: bool = True) -> float:
     """CPU time (user + system, all threads) of these processes and, with `children`,
     of their descendants, gone ones included (a process's waited-for children count in
     its own figures), as Linux's /proc has it."""
-    tick = os.sysconf("SC_CLK_TCK")
+    return _cpu_seconds_in(_proc_stats(), pids, children=children)
+
+
+def cpu_seconds_each(pids: list[int], *, children: bool = True) -> dict[int, float]:
+    """`cpu_seconds` of each of `pids` that is still there (a zombie included), from
+    one reading of /proc."""
     stats = _proc_stats()
+    return {pid: _cpu_seconds_in(stats, [pid], children=children) for pid in pids if pid in stats}
+
+
+def _cpu_seconds_in(stats: dict, pids: list[int], *, children: bool) -> float:
+    tick = os.sysconf("SC_CLK_TCK")
     wanted, total = set(pids), 0.0
     while wanted:
         total += sum(stats[pid][1 if children else 2] for pid in wanted if pid in stats) / tick

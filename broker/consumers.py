@@ -86,14 +86,11 @@ _seals = SealCache()
 
 def _socket_closed_errors() -> tuple[type[BaseException], ...]:
     """What a send to a socket that is closing raises: the OSError that the ASGI
-    specification asks of servers (Uvicorn's), and, when Daphne serves (it imported
-    autobahn before the application), autobahn's own error. Not imported otherwise:
-    autobahn costs a web process 20 MB."""
-    if "daphne.server" not in sys.modules:
-        return (OSError,)
-    from autobahn.exception import Disconnected
-
-    return (OSError, Disconnected)
+    specification asks of servers (Uvicorn's), and autobahn's own error when autobahn
+    is there to raise it (Daphne imports it before the application). Not imported
+    here: autobahn costs a web process 20 MB."""
+    autobahn = sys.modules.get("autobahn.exception")
+    return (OSError,) if autobahn is None else (OSError, autobahn.Disconnected)
 
 
 SOCKET_CLOSED = _socket_closed_errors()
@@ -124,19 +121,26 @@ class SendsUntilClosed(AsyncWebsocketConsumer):
     closed = False  # the close was sent, or the peer is gone
 
     async def send(self, text_data=None, bytes_data=None, close=False) -> None:
-        if self.closed:
-            return
-        try:
-            await super().send(text_data, bytes_data, close)
-        except SOCKET_CLOSED:
-            self.closed = True
+        if not self.closed:
+            await self._unless_gone(super().send(text_data, bytes_data, close))
 
     async def close(self, code=None, reason=None) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        with contextlib.suppress(*SOCKET_CLOSED):
-            await super().close(code=code, reason=reason)
+        if not self.closed:
+            self.closed = True
+            await self._unless_gone(super().close(code=code, reason=reason))
+
+    async def write(self, message: dict) -> None:
+        """Send an ASGI message as it is, unless closed: the pushes' path, without
+        Channels' checks of what `send` is given."""
+        if not self.closed:
+            await self._unless_gone(self.base_send(message))
+
+    async def _unless_gone(self, sending) -> None:
+        """Await `sending`; a socket found gone is closed for this consumer."""
+        try:
+            await sending
+        except SOCKET_CLOSED:
+            self.closed = True
 
 
 class AgentConsumer(SendsUntilClosed):
@@ -257,14 +261,7 @@ class AgentConsumer(SendsUntilClosed):
             await self.close(code=protocol.CLOSE_LOGIN_TIMEOUT)
 
     async def _send(self, frame: dict) -> None:
-        """Write `frame`, unless the socket is closing (as `SendsUntilClosed.send`,
-        without its checks of what is sent: this is every push's path)."""
-        if self.closed:
-            return
-        try:
-            await self.base_send({"type": "websocket.send", "text": _encoded(frame)})
-        except SOCKET_CLOSED:
-            self.closed = True
+        await self.write({"type": "websocket.send", "text": _encoded(frame)})
 
     # Requests -----------------------------------------------------------------------
 

@@ -149,10 +149,11 @@ class LoginGate:
 
     def _retry_after(self, now: float) -> float:
         """The refused agent's slot: the next free one, 1/(rate x PACE) seconds after
-        the last booked. Drawn at random over the whole backlog instead, a crowd's early comers
-        were refused again and sent to its back: 10,000 agents that honoured it took
-        78 s to log in, against 51 s for agents that came back at once. Slots beyond
-        LONGEST_WAIT_S are not booked: those agents are spread over that time."""
+        the last booked. Drawn at random over the whole backlog instead, a crowd's
+        early comers were refused again and sent to its back: 10,000 agents that
+        honoured it took 78 s to log in, against 51 s for agents that came back at
+        once. Slots beyond LONGEST_WAIT_S are not booked: those agents are spread over
+        that time."""
         rate = self._rate(now) * self.PACE
         first_free = now + max(self.SHORTEST_WAIT_S, self.waiting / rate)
         slot = max(self.booked_until, first_free) + 1.0 / rate
