@@ -177,41 +177,37 @@ class Experiment:
     async def run_pinger(self, duration: float, ready) -> Results:
         """Play rounds for `duration` seconds once every driving process is `ready`."""
         self.answered = asyncio.Event()
-        readers = await self._start_readers(ready)
+        await self._join_all(ready)
         changer = asyncio.create_task(self._change_attributes())
         started = time.monotonic()
         while time.monotonic() - started < duration:
             await self._one_round()
         self.results.seconds = time.monotonic() - started
-        for task in [*readers, changer]:
-            task.cancel()
+        changer.cancel()
         return self.results
 
     async def run_pongers(self, ready, stop) -> Results:
         """Answer pings until `stop` is set."""
-        readers = await self._start_readers(ready)
+        await self._join_all(ready)
         while not stop.is_set():
             await asyncio.sleep(0.05)
         self.counting = False
         if self.in_flight:
             await asyncio.wait(self.in_flight)
-        for task in readers:
-            task.cancel()
         return self.results
 
-    async def _start_readers(self, ready) -> list[asyncio.Task]:
-        """Join every client's group and read them as a web process serves its sockets
-        (broker.push.layer): one task reads the process's messages and hands each
-        client's share to its handler, rather than a reader task woken per client."""
+    async def _join_all(self, ready) -> None:
+        """Join every client's group on a local channel, as a web process serves its
+        sockets (broker.push.layer): the layer's one task reads the process's messages
+        and hands each client's share to its handler."""
         from channels.layers import get_channel_layer
 
         self.layer = get_channel_layer()
-        channels = [await self._join(client) for client in self.clients]
-        readers = [asyncio.create_task(self._read(channels[0]))]
+        for client in self.clients:
+            await self._join(client)
         await asyncio.sleep(0.5)  # let the reader start
         # A driving process that failed to start breaks the barrier: no endless wait.
         await asyncio.get_running_loop().run_in_executor(None, ready.wait, READY_TIMEOUT_S)
-        return readers
 
     async def _one_round(self) -> None:
         ping_id = secrets.token_hex(6)
@@ -224,7 +220,7 @@ class Experiment:
         except TimeoutError:
             self.results.lost_pongs += len(self.cast.pongers) - self.pongs_seen
 
-    async def _join(self, client) -> str:
+    async def _join(self, client) -> None:
         from broker.push.to_agents import MESSAGE_TYPE, client_group
 
         group = client_group(client.id)
@@ -235,16 +231,8 @@ class Experiment:
                 self.results.notifications += self.counting
                 await self._handle(client, is_pinger, item["content"])
 
-        channel = await self.layer.new_channel()
-        self.layer.deliver_locally(channel, MESSAGE_TYPE, handle)
+        channel = self.layer.local_channel({MESSAGE_TYPE: handle})
         await self.layer.group_add(group, channel)
-        return channel
-
-    async def _read(self, channel: str) -> None:
-        """Keep the process's messages coming: each is handed to the clients' handlers
-        before receive would return, so this returns only for a message of no client."""
-        while True:
-            await self.layer.receive(channel)
 
     async def _handle(self, client, is_pinger: bool, content: dict) -> None:
         if content["kind"] == "ping" and not is_pinger:

@@ -4,8 +4,8 @@ One connection is one client session. Nothing but `login` is accepted until a to
 has been checked; after that the connection joins the channel-layer group of that
 client, and only that one, so it receives exactly that client's deliveries.
 
-Live pushes reach the socket through the process's local fan-out
-(broker.push.layer): one task writes a push to all of the process's sockets, no
+Live pushes, and the end of a session, reach the socket through the process's local
+fan-out (broker.push.layer): one task writes a push to all of the process's sockets, no
 consumer is woken for it. They are held while a replay is being sent, so that a
 replay is never interleaved with live notifications.
 """
@@ -26,7 +26,9 @@ from typing import Any
 import orjson
 from asgiref.sync import SyncToAsync
 from channels.consumer import get_handler_name
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections, connections
 
@@ -36,7 +38,7 @@ from broker.errors import AuthenticationFailed, BrokerError, InvalidInput
 from broker.group_commit import GroupCommit
 from broker.protocol import Request
 from broker.push.to_agents import MESSAGE_TYPE as PUSH_TYPE
-from broker.push.to_agents import client_group
+from broker.push.to_agents import SESSION_REVOKED, client_group
 from broker.reads.deliveries import deliveries_to_replay, last_position_of
 from broker.seals import SealCache, stored_seal
 from broker.services import agents, presence
@@ -146,6 +148,24 @@ class SendsUntilClosed(AsyncWebsocketConsumer):
 class AgentConsumer(SendsUntilClosed):
     """A managed node's or controller's session."""
 
+    async def __call__(self, scope, receive, send) -> None:
+        """As Channels' consumer, but the session's channel-layer messages (its pushes
+        and the end of its session) come through the process's local fan-out: no
+        queue of its own and no task waiting on it, memory that counts at a fleet's
+        size (broker.push.layer.local_channel). The socket's frames are read here."""
+        self.scope, self.base_send = scope, send
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        self.channel_name = self.channel_layer.local_channel(
+            {PUSH_TYPE: self._pushed, SESSION_REVOKED: self.session_revoked}
+        )
+        try:
+            while True:
+                await self.dispatch(await receive())
+        except StopConsumer:
+            pass
+        finally:
+            self.channel_layer.drop_local_channel(self.channel_name)
+
     async def connect(self) -> None:
         self.client = None
         self.actor: Actor | None = None
@@ -177,7 +197,7 @@ class AgentConsumer(SendsUntilClosed):
         self._done_waiting(logged_in=False)
         if self.login_deadline is not None:
             self.login_deadline.cancel()
-        self.channel_layer.stop_delivering_locally(self.channel_name, PUSH_TYPE)
+        self.channel_layer.drop_local_channel(self.channel_name)
         if self.session_recorded:
             self._record_presence(presence.Kind.CLOSED)
         if self.group is not None:  # even after half a login
@@ -284,7 +304,6 @@ class AgentConsumer(SendsUntilClosed):
         # From the join on, pushes come through the local fan-out and wait for the
         # replay. Half a login (say Redis failed to join the group) is no login: the
         # agent is told to try again later (4503), not left without its live stream.
-        self.channel_layer.deliver_locally(self.channel_name, PUSH_TYPE, self._pushed)
         async with self._pushes_held():
             opened = await in_thread(agents.start_session)(
                 token=token,
@@ -506,11 +525,6 @@ class AgentConsumer(SendsUntilClosed):
         task.add_done_callback(_presence_writes.discard)
 
     # Channel-layer messages ---------------------------------------------------------
-
-    async def deliveries_push(self, message: dict) -> None:
-        """New deliveries of this client, pushed by its leaf after they committed (the
-        local fan-out calls `_pushed` directly; this serves a message queued anyway)."""
-        await self._pushed(message)
 
     async def _pushed(self, message: dict) -> None:
         # Sent as they come: a push that crosses a replay arrives twice, and the agent

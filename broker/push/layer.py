@@ -8,11 +8,12 @@ whose members it serves (`group_send_each`).
 
 In the receiving process, channels_redis would then put that message in the queue of
 every consumer it names and wake each of them: a thousand task switches, each through
-the layer's receive lock and Channels' dispatch. A consumer can instead register a
-*local handler* for one type of message on its channel (`deliver_locally`): the
-process's reader hands such a message to one fan-out task, which calls the handlers of
-all the consumers it names in turn, in the order the messages came. Other messages, and
-channels without a handler, are served as before.
+the layer's receive lock and Channels' dispatch; and every consumer would hold a queue
+and a task waiting on it, memory at a fleet's size. A consumer can instead take a
+*local channel* (`local_channel`), served by handlers by message type: the process's
+one reader task hands such a message to one fan-out task, which calls the handlers of
+all the channels it names in turn, in the order the messages came. Other channels are
+served as before.
 
 Redis keeps groups only in memory here: one that restarts has forgotten every member.
 Each process checks, every MEMBERSHIP_CHECK_S, whether Redis still holds its mark (a
@@ -35,6 +36,7 @@ import logging
 import secrets
 import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -62,6 +64,10 @@ MEMBERSHIP_CHECK_S = 5.0
 MARK_LIVES_CHECKS = 3
 
 LocalHandler = Callable[[dict], Awaitable[None]]
+# What names a local channel (after the "!" of channels_redis' process part, so that its
+# messages come in the process's one Redis key).
+LOCAL_MARK = "local-"
+READ_AGAIN_AFTER_S = 1.0
 
 # A push in one round trip. For every group (KEYS), its live members, oldest expired
 # first as channels_redis' group_send does; one message per receiving process (channel
@@ -162,7 +168,8 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
         self._keeper_task: asyncio.Task | None = None
         self._joined_again_at = time.monotonic()
         self._mark_key = f"{self.prefix}:process:{secrets.token_hex(8)}"
-        self._local_handlers: dict[str, dict[str, LocalHandler]] = defaultdict(dict)
+        self._local_channels: dict[str, dict[str, LocalHandler]] = {}
+        self._reader_task: asyncio.Task | None = None
         self._fan_out_queue: asyncio.Queue | None = None
         self._fan_out_task: asyncio.Task | None = None
         self._blocking_clients: dict[int, redis.Redis] = {}
@@ -305,28 +312,61 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
         logger.info("joined %d groups again (%s)", len(memberships), why)
         return True
 
-    # Receiving: local fan-out -----------------------------------------------------------
+    # Receiving: local channels and fan-out --------------------------------------------
 
-    def deliver_locally(self, channel: str, message_type: str, handler: LocalHandler) -> None:
-        """Hand messages of `message_type` for `channel` (one of this process's) to
-        `handler` on the receiving loop, instead of queueing them for its consumer."""
-        self._local_handlers[message_type][channel] = handler
+    def local_channel(self, handlers: dict[str, LocalHandler]) -> str:
+        """A new channel of this process whose messages go to `handlers` (by message
+        type) on this loop, never to a queue: its consumer neither holds a queue nor
+        waits in `receive`, and one task of the process reads for all such channels.
+        A message of another type for it is dropped (logged)."""
+        channel = f"specific.{self.client_prefix}!{LOCAL_MARK}{uuid.uuid4().hex}"
+        self._local_channels[channel] = handlers
+        self._keep_memberships_on_this_loop()
+        self._read_on_this_loop()
+        return channel
 
-    def stop_delivering_locally(self, channel: str, message_type: str) -> None:
-        self._local_handlers[message_type].pop(channel, None)
+    def drop_local_channel(self, channel: str) -> None:
+        """Stop serving `channel`: its messages still on their way are dropped."""
+        self._local_channels.pop(channel, None)
+
+    def _read_on_this_loop(self) -> None:
+        task = self._reader_task
+        loop = asyncio.get_running_loop()
+        if task is None or task.done() or task.get_loop() is not loop:
+            self._reader_task = loop.create_task(self._read_for_local_channels())
+
+    async def _read_for_local_channels(self) -> None:
+        """Receive on a channel of its own that no message is for: channels_redis then
+        reads the process's messages under its receive lock, handing them out (to the
+        local handlers through `receive_single`, to other consumers' queues), as long as
+        this task lives. A Redis that fails is tried again a second later."""
+        channel = f"specific.{self.client_prefix}!{LOCAL_MARK}reader"
+        while True:
+            try:
+                await self.receive(channel)
+            except Exception as error:
+                if asyncio.current_task().cancelling():  # channels_redis, cancelled, may
+                    raise asyncio.CancelledError from error  # raise an error of its own
+                logger.warning("reading the channel layer failed", exc_info=True)
+                await asyncio.sleep(READ_AGAIN_AFTER_S)
 
     async def receive_single(self, channel):
-        """As channels_redis, but the channels of a many-channel message that have a
-        local handler for its type are served by the fan-out task, and only the others
-        queued."""
+        """As channels_redis, but a message's local channels (`local_channel`) are
+        served by the fan-out task, and only the others queued."""
         target, message = await super().receive_single(channel)
-        local = self._local_handlers.get(message.get("type"))
-        if isinstance(target, list) and local:
-            handlers = [handler for c in target if (handler := local.get(c)) is not None]
-            if handlers:
-                self._fan_out_later(message, handlers)
-                target = [c for c in target if c not in local]
-        return target, message
+        targets = target if isinstance(target, list) else [target]
+        message_type = message.get("type")
+        handlers, others = [], []
+        for name in targets:
+            if LOCAL_MARK not in name:
+                others.append(name)
+            elif (handler := self._local_channels.get(name, {}).get(message_type)) is not None:
+                handlers.append(handler)
+            else:  # its consumer has gone, or it takes no such message
+                logger.debug("dropped a %s message for %s", message_type, name)
+        if handlers:
+            self._fan_out_later(message, handlers)
+        return others, message
 
     def _fan_out_later(self, message: dict, handlers: list[LocalHandler]) -> None:
         if self._fan_out_task is None or self._fan_out_task.done():

@@ -121,6 +121,111 @@ def test_a_configuration_whose_messages_the_push_would_write_otherwise_is_refuse
         FanoutRedisChannelLayer(**config)
 
 
+class Recorder:
+    """Handlers of a local channel that note what they were handed, in order."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, dict]] = []
+        self.arrived = asyncio.Event()
+
+    def handler(self, name: str):
+        async def handle(message: dict) -> None:
+            self.got.append((name, message))
+            self.arrived.set()
+
+        return handle
+
+    async def wait_for(self, count: int) -> None:
+        while len(self.got) < count:
+            self.arrived.clear()
+            await asyncio.wait_for(self.arrived.wait(), 5)
+
+
+async def settled() -> None:
+    """Let the layer's reader wait for its next message again before the loop ends: a
+    channels_redis receive cancelled while its last message's clean-up runs can swallow
+    the cancellation and keep the loop from closing."""
+    await asyncio.sleep(0.1)
+
+
+def test_a_local_channel_is_handed_its_messages_by_type_and_keeps_no_queue():
+    async def scenario():
+        layer, recorder = layer_like_the_settings(), Recorder()
+        local = layer.local_channel(
+            {"test.push": recorder.handler("push"), "test.end": recorder.handler("end")}
+        )
+        plain = await layer.new_channel()  # a consumer of its own, beside it
+        for channel in (local, plain):
+            await layer.group_add("test.local", channel)
+        await asyncio.to_thread(
+            layer.group_send_each, {"test.local": [1]}, message_type="test.push"
+        )
+        await layer.group_send("test.local", {"type": "test.unknown"})
+        await layer.group_send("test.local", {"type": "test.end"})
+        await recorder.wait_for(2)
+        plain_got = [await asyncio.wait_for(layer.receive(plain), 5) for _ in range(3)]
+        for channel in (local, plain):
+            await layer.group_discard("test.local", channel)
+        await settled()
+        return recorder.got, plain_got, local in layer.receive_buffer
+
+    got, plain_got, queued = asyncio.run(scenario())
+    assert [(name, message["type"]) for name, message in got] == [
+        ("push", "test.push"), ("end", "test.end"),
+    ]  # fmt: skip
+    assert got[0][1]["groups"] == {"test.local": [1]}
+    assert [message["type"] for message in plain_got] == ["test.push", "test.unknown", "test.end"]
+    assert not queued  # the unknown type was dropped, not queued for nobody
+
+
+def test_a_dropped_local_channel_is_handed_nothing_more_and_nothing_is_queued_for_it():
+    async def scenario():
+        layer, recorder, witness = layer_like_the_settings(), Recorder(), Recorder()
+        gone = layer.local_channel({"test.push": recorder.handler("gone")})
+        here = layer.local_channel({"test.push": witness.handler("here")})
+        for channel in (gone, here):
+            await layer.group_add("test.gone", channel)
+        layer.drop_local_channel(gone)
+        await asyncio.to_thread(layer.group_send_each, {"test.gone": [1]}, message_type="test.push")
+        await witness.wait_for(1)
+        for channel in (gone, here):
+            await layer.group_discard("test.gone", channel)
+        await settled()
+        return recorder.got, witness.got, gone in layer.receive_buffer
+
+    gone_got, here_got, queued = asyncio.run(scenario())
+    assert gone_got == [] and len(here_got) == 1 and not queued
+
+
+def test_the_local_channels_reader_reads_again_after_redis_failed(monkeypatch):
+    monkeypatch.setattr("broker.push.layer.READ_AGAIN_AFTER_S", 0.1)
+
+    async def scenario():
+        layer, recorder = layer_like_the_settings(), Recorder()
+        failures = iter([ConnectionError("Redis went away")])
+        read = layer._brpop_with_clean
+
+        async def fails_once(*args, **kwargs):
+            if (failure := next(failures, None)) is not None:
+                raise failure
+            return await read(*args, **kwargs)
+
+        layer._brpop_with_clean = fails_once
+        channel = layer.local_channel({"test.push": recorder.handler("push")})
+        await layer.group_add("test.again", channel)
+        await asyncio.sleep(0.3)  # the first read failed, the next one waits
+        await asyncio.to_thread(
+            layer.group_send_each, {"test.again": [1]}, message_type="test.push"
+        )
+        await recorder.wait_for(1)
+        await layer.group_discard("test.again", channel)
+        await settled()
+        return next(failures, None), recorder.got
+
+    left, got = asyncio.run(scenario())
+    assert left is None and got[0][1]["groups"] == {"test.again": [1]}
+
+
 def forget(layer: FanoutRedisChannelLayer, groups: list[str]) -> None:
     """What a Redis that restarted has lost of this process: its mark and groups."""
     server = layer.blocking_client(0)
