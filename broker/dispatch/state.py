@@ -83,6 +83,9 @@ class LeafState:
         self.dispatcher_id = dispatcher_id
         self.matcher = Matcher()
         self.horizon = snapshot_xmin()
+        # The clients changed since this process last saw the stored summary cover
+        # them; None: all of them (a state built afresh).
+        self.unsummarised: set[int] | None = None
         self.reload(Client.objects.filter(dispatcher_id=dispatcher_id).values_list("id", flat=True))
 
     def refresh(self) -> dict[int, Before]:
@@ -100,6 +103,8 @@ class LeafState:
         the receiver it was before."""
         self.horizon = horizon
         before = {client_id: self.held_as(client_id) for client_id in changed}
+        if self.unsummarised is not None:
+            self.unsummarised |= changed
         if changed:
             self.reload(changed)
         return before
@@ -130,6 +135,21 @@ class LeafState:
 
     def summary(self) -> Summary:
         return Summary.of_receivers(self.receivers())
+
+    def unsummarised_summary(self) -> Summary | None:
+        """The summary of the receivers changed since `summarised` (None: unknown, a
+        state built afresh): if the stored summary covers it, it covers the leaf's,
+        without a pass over every receiver of the leaf at every change."""
+        if self.unsummarised is None:
+            return None
+        changed = (c for c in self.unsummarised if c in self.matcher)
+        return Summary.of_receivers(
+            (self.matcher.attributes(c), self.matcher.policy(c)) for c in changed
+        )
+
+    def summarised(self) -> None:
+        """The stored summary covers every receiver as this state holds it."""
+        self.unsummarised = set()
 
 
 def _receivers(dispatcher_id: int, client_ids: list[int]) -> dict[int, tuple[dict, Policy]]:

@@ -231,8 +231,12 @@ def apply_client_changes(leaf_id: int) -> list[SummaryHop]:
             deliver_late(leaf, changed)
         # Even with nothing new to take in: a hop may have taken the changes in before
         # (delivering, it does not store summaries). Still under the leaf's lock, so a
-        # concurrent recomputation cannot interleave.
-        return _store_if_grown(leaf_id, leaf.summary)
+        # concurrent recomputation cannot interleave. Whether the stored summary grows
+        # is asked of the receivers changed since it last covered them, not of every
+        # receiver: a fleet's load reports change a few clients at a time.
+        hops = _store_if_grown(leaf_id, leaf.summary, changed=leaf.unsummarised_summary())
+        leaf.summarised()
+        return hops
 
 
 def refresh_summary(dispatcher_id: int, child_id: int, version: int) -> list[RouteHop | SummaryHop]:
@@ -293,13 +297,19 @@ def _selectors_the_growth_concerns(before: Summary | None, after: Summary, texts
     return concerned
 
 
-def _store_if_grown(dispatcher_id: int, compute: Callable[[], Summary]) -> list[SummaryHop]:
-    """Save the computed summary unless the stored one already covers it (covering
-    stops propagation); if saved, the parent must hear of it."""
+def _store_if_grown(
+    dispatcher_id: int, compute: Callable[[], Summary], *, changed: Summary | None = None
+) -> list[SummaryHop]:
+    """Save the computed summary unless the stored one already covers it, or covers
+    `changed` (the part of it that may have grown since it was last covered): covering
+    stops propagation. If saved, the parent must hear of it."""
     with transaction.atomic():
         stored = _locked_summary_row(dispatcher_id)
+        kept = None if stored is None else Summary.from_json(stored.data, vocabulary())
+        if kept is not None and changed is not None and kept.covers(changed):
+            return []
         fresh = compute()
-        if stored is not None and Summary.from_json(stored.data, vocabulary()).covers(fresh):
+        if kept is not None and kept.covers(fresh):
             return []
         version = _save_summary(dispatcher_id, fresh, stored)
     parent = dispatch_state.topology(dispatcher_id).parent[dispatcher_id]
@@ -372,7 +382,9 @@ def _recompute_leaf(leaf_id: int) -> list[SummaryHop]:
     with leaf_session(leaf_id) as (leaf, changed):
         if changed:
             deliver_late(leaf, changed)
-        return _replace_summary(leaf_id, leaf.summary)
+        hops = _replace_summary(leaf_id, leaf.summary)
+        leaf.summarised()
+        return hops
 
 
 def _recompute_inner(dispatcher_id: int, children: list[int]) -> list[SummaryHop]:

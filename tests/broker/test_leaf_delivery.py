@@ -396,3 +396,26 @@ def test_a_change_a_delivery_hop_took_in_first_still_grows_the_leafs_summary(sha
     route_down(leaf, commands(scenario.controllers["intellimune-national"], channel="x", count=1))
     apply_client_changes(leaf)
     assert stored_summary(leaf).may_select(overloaded)
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+def test_a_change_the_stored_summary_covers_is_not_summarised_over_the_whole_leaf(
+    shared_leaf, monkeypatch
+):
+    scenario, receiver = shared_leaf
+    leaf = receiver.dispatcher_id
+    here = [s for s in scenario.servers if s.dispatcher_id == leaf and s != receiver]
+    dispatch_state.topology(leaf)
+    apply_client_changes(leaf)  # the state's first summary: over the whole leaf
+    whole_leaf = []
+    summary = dispatch_state.LeafState.summary
+    monkeypatch.setattr(
+        dispatch_state.LeafState, "summary", lambda s: whole_leaf.append(1) or summary(s)
+    )
+    state_load(receiver, current_attributes(here[0])["load"])  # a load the leaf has
+    apply_client_changes(leaf)
+    assert whole_leaf == []
+    state_load(receiver, 0.987)  # a load no receiver had: the summary grows
+    apply_client_changes(leaf)
+    assert whole_leaf == [1]
+    assert stored_summary(leaf).may_select(vocabulary().selector("load == 0.987"))
