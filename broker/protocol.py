@@ -11,6 +11,7 @@ import math
 import random
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,9 +87,15 @@ class LoginGate:
     every so often at the rate logins have been finishing, so that a fleet that comes
     back at once (after an outage) is logged in as fast as the process can, each agent
     refused about once, and no agent waits on a crowded process until its login times
-    out."""
+    out.
 
-    RATE_WINDOW_S = 5.0  # logins finished over this long give the rate
+    The rate is counted in *busy* time, while some connection was waiting to log in:
+    the time nobody was waiting (the refused crowd not back yet) says nothing of how
+    fast the console logs in. Counted in wall time, such a lull looked like a slow
+    console, whose refusals then sent the crowd away for longer, and so on: 5,000
+    agents took anything from 19 to 53 s to log in, from one run to the next."""
+
+    RATE_WINDOW_S = 5.0  # logins finished over this much busy time give the rate
     ASSUMED_RATE = 200.0  # logins a second, until they have finished long enough to measure
     RATE_MEASURED_FROM = 10
     RATE_MEASURED_AFTER_S = 1.0
@@ -101,51 +108,64 @@ class LoginGate:
     PACE = 1.5
 
     def __init__(
-        self, limit: int, *, patience_s: float = 5.0, rng: random.Random | None = None
+        self,
+        limit: int,
+        *,
+        patience_s: float = 5.0,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.limit = limit
         # How long the last one admitted may expect to wait (half the login time-out).
         self.patience_s = patience_s
         self.waiting = 0
-        self.finished: deque[float] = deque()  # when each recent login finished
-        self.booked_until = 0.0  # the last refused agent's slot (time.monotonic())
+        self.clock = clock
+        self.busy_s = 0.0  # seconds during which some connection was waiting, in all
+        self.ticked_at = clock()
+        self.finished: deque[float] = deque()  # busy_s when each recent login finished
+        self.booked_until = 0.0  # the last refused agent's slot (on `clock`)
         self.rng = rng or random.Random()
 
     def arrive(self) -> None:
         """A connection that will log in: raises Busy when as many are waiting as can
         be logged in within `patience_s` at the rate logins finish, or `limit`."""
-        now = time.monotonic()
-        self._forget_before(now)
-        room = min(self.limit, max(1, int(self._rate(now) * self.patience_s)))
+        now = self._tick()
+        room = min(self.limit, max(1, int(self._rate() * self.patience_s)))
         if self.waiting >= room:
             raise Busy(self._retry_after(now))
         self.waiting += 1
 
     def leave(self, *, logged_in: bool) -> None:
         """An arrived connection logged in, or went away without."""
+        self._tick()
         self.waiting -= 1
         if logged_in:
-            self.finished.append(time.monotonic())
+            self.finished.append(self.busy_s)
 
-    def _forget_before(self, now: float) -> None:
-        while self.finished and self.finished[0] < now - self.RATE_WINDOW_S:
+    def _tick(self) -> float:
+        """Count the time since the last arrival or departure as busy if some
+        connection was waiting through it; forget logins beyond the window."""
+        now = self.clock()
+        if self.waiting > 0:
+            self.busy_s += now - self.ticked_at
+        self.ticked_at = now
+        while self.finished and self.finished[0] < self.busy_s - self.RATE_WINDOW_S:
             self.finished.popleft()
+        return now
 
-    def _rate(self, now: float) -> float:
-        """Logins a second, over the time the recent ones took (not the whole window).
-        Not measured from fewer than RATE_MEASURED_FROM (a few logins now and then say
-        nothing of how fast the console is), nor until they have been finishing for
-        RATE_MEASURED_AFTER_S: a crowd's first logins, counted over a second that had
-        just begun, made a fast console look ten times slower, and its first refused
-        agents were sent away for a minute (a fleet of 1,000 took 63 s to log in
-        instead of 7). Coming back too early costs a refusal; too late, the agent's
-        whole absence."""
-        if (
-            len(self.finished) < self.RATE_MEASURED_FROM
-            or now - self.finished[0] < self.RATE_MEASURED_AFTER_S
-        ):
+    def _rate(self) -> float:
+        """Logins a second of busy time, over the time the recent ones took (not the
+        whole window). Not measured from fewer than RATE_MEASURED_FROM (a few logins
+        now and then say nothing of how fast the console is), nor until they have been
+        finishing for RATE_MEASURED_AFTER_S: a crowd's first logins, counted over a
+        second that had just begun, made a fast console look ten times slower, and its
+        first refused agents were sent away for a minute (a fleet of 1,000 took 63 s to
+        log in instead of 7). Coming back too early costs a refusal; too late, the
+        agent's whole absence."""
+        measured_s = self.busy_s - self.finished[0] if self.finished else 0.0
+        if len(self.finished) < self.RATE_MEASURED_FROM or measured_s < self.RATE_MEASURED_AFTER_S:
             return self.ASSUMED_RATE
-        return len(self.finished) / (now - self.finished[0])
+        return len(self.finished) / measured_s
 
     def _retry_after(self, now: float) -> float:
         """The refused agent's slot: the next free one, 1/(rate x PACE) seconds after
@@ -154,7 +174,7 @@ class LoginGate:
         honoured it took 78 s to log in, against 51 s for agents that came back at
         once. Slots beyond LONGEST_WAIT_S are not booked: those agents are spread over
         that time."""
-        rate = self._rate(now) * self.PACE
+        rate = self._rate() * self.PACE
         first_free = now + max(self.SHORTEST_WAIT_S, self.waiting / rate)
         slot = max(self.booked_until, first_free) + 1.0 / rate
         if slot - now > self.LONGEST_WAIT_S:

@@ -12,6 +12,24 @@ import pytest
 from broker import protocol
 
 
+class Clock:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def logins_finishing(gate: protocol.LoginGate, clock: Clock, count: int, every_s: float):
+    """`count` logins finishing `every_s` apart, each waiting that long: busy time."""
+    for _ in range(count):
+        gate.arrive()
+        clock.now += every_s
+        gate.leave(logged_in=True)
+
+
 def refused(gate: protocol.LoginGate) -> float:
     """Arrive at a full gate: the wait it asks for."""
     with pytest.raises(protocol.Busy) as busy:
@@ -86,45 +104,61 @@ def test_no_refusal_asks_for_more_than_a_minute():
 
 
 def test_the_wait_follows_the_rate_logins_finish_at_since_they_began_finishing():
-    gate = protocol.LoginGate(1)
-    for _ in range(50):  # fifty logins finished within the last moment: a fast console
-        gate.arrive()
-        gate.leave(logged_in=True)
+    clock = Clock()
+    gate = protocol.LoginGate(1, clock=clock)
+    logins_finishing(gate, clock, 50, every_s=0.025)  # fifty in 1.25 s: 40 a second
     gate.arrive()
     waits = [refused(gate) for _ in range(200)]
-    # 50 a second at least (measured over a second, not the five-second window): the
-    # 200 refused are booked over four seconds at most, not twenty.
-    assert max(waits) <= 1.0 + 4.1
+    # 40 a second (measured over 1.25 s, not the five-second window), booked at 60: the
+    # 200 refused are booked over 3.3 seconds after the first, not twenty.
+    assert 1.0 + 3.2 <= max(waits) <= 1.0 + 3.5
 
 
 def test_logins_finishing_for_less_than_a_second_are_not_yet_taken_for_a_rate():
-    # A crowd's first ten logins, a tenth of a second ago: measured over that second,
-    # ten a second, and the crowd sent away for up to a minute; assumed, 200.
-    gate = protocol.LoginGate(1)
-    now = time.monotonic()
-    gate.finished.extend(now - 0.1 + i * 0.01 for i in range(10))
+    # A crowd's first ten logins, over a tenth of a second: measured over it, a hundred
+    # a second; over the second just begun, ten, and the crowd sent away for up to a
+    # minute; assumed, 200.
+    clock = Clock()
+    gate = protocol.LoginGate(1, clock=clock)
+    logins_finishing(gate, clock, 10, every_s=0.01)
     gate.arrive()
     waits = [refused(gate) for _ in range(1000)]
-    assert max(waits) <= 1.0 + 5.1
+    assert max(waits) <= 1.0 + 3.4
 
 
 def test_a_few_logins_now_and_then_are_not_taken_for_a_slow_console():
     # One login three seconds ago: a quiet console, not one that logs in a third of an
     # agent a second. Two may wait at once, as the limit says.
-    gate = protocol.LoginGate(2, patience_s=5.0)
-    gate.finished.append(time.monotonic() - 3.0)
+    clock = Clock()
+    gate = protocol.LoginGate(2, patience_s=5.0, clock=clock)
+    logins_finishing(gate, clock, 1, every_s=0.01)
+    clock.now += 3.0
     gate.arrive()
     gate.arrive()
     assert gate.waiting == 2
 
 
 def test_fewer_may_wait_when_logins_finish_slowly():
-    """Ten logins over the last four seconds: 2.5 a second, so with 4.2 s of patience
-    ten may wait, not the hundred of the limit."""
-    gate = protocol.LoginGate(100, patience_s=4.2)
-    now = time.monotonic()
-    gate.finished.extend(now - 4.0 + i * 0.4 for i in range(10))
+    """Ten logins finishing over 3.6 s in which some were waiting: 2.8 a second, so
+    with 3.7 s of patience ten may wait, not the hundred of the limit."""
+    clock = Clock()
+    gate = protocol.LoginGate(100, patience_s=3.7, clock=clock)
+    logins_finishing(gate, clock, 10, every_s=0.4)
     for _ in range(10):
         gate.arrive()
     refused(gate)
     assert gate.waiting == 10
+
+
+def test_a_lull_with_nobody_waiting_is_not_taken_for_a_slow_console():
+    # A hundred logins a second while a crowd was waiting; then four seconds with nobody
+    # waiting (the refused not back yet); then a few more. Counted in wall time that
+    # would be 21 a second, and the next 300 refused would be booked over ten seconds.
+    clock = Clock()
+    gate = protocol.LoginGate(1, clock=clock)
+    logins_finishing(gate, clock, 100, every_s=0.01)
+    clock.now += 4.0
+    logins_finishing(gate, clock, 5, every_s=0.01)
+    gate.arrive()
+    waits = [refused(gate) for _ in range(300)]
+    assert max(waits) <= 1.0 + 2.1  # booked at 150 a second
