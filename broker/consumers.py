@@ -181,7 +181,7 @@ class AgentConsumer(SendsUntilClosed):
         self.waiting_to_log_in = False
         await self.accept()
         try:
-            _logins.arrive()
+            self.login_ticket = _logins.arrive()
         except protocol.Busy as busy:
             await self._refuse(busy, None)
             return
@@ -191,7 +191,7 @@ class AgentConsumer(SendsUntilClosed):
     def _done_waiting(self, *, logged_in: bool) -> None:
         if self.waiting_to_log_in:
             self.waiting_to_log_in = False
-            _logins.leave(logged_in=logged_in)
+            _logins.leave(self.login_ticket, logged_in=logged_in)
 
     async def disconnect(self, code: int) -> None:
         self._done_waiting(logged_in=False)

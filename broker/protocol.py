@@ -79,26 +79,37 @@ class Busy(BrokerError):
         return {**super().as_dict(), "retry_after_s": self.retry_after_s}
 
 
+@dataclass(frozen=True)
+class LoginTicket:
+    """A connection let in to log in: when, and the gate's count of waiting-seconds
+    then (LoginGate.waited_s)."""
+
+    arrived_at: float
+    waited_s: float
+
+
 class LoginGate:
     """At most `limit` connections of one process waiting to be logged in (connected,
     login not yet done), and fewer when logins finish so slowly that the last of them
     would wait past `patience_s`. Beyond it a connection is refused at once with a time to
     come back: a slot of its own, after those waiting and those refused before it, one
-    every so often at the rate logins have been finishing, so that a fleet that comes
+    every so often at the rate the process logs agents in, so that a fleet that comes
     back at once (after an outage) is logged in as fast as the process can, each agent
     refused about once, and no agent waits on a crowded process until its login times
     out.
 
-    The rate is counted in *busy* time, while some connection was waiting to log in:
-    the time nobody was waiting (the refused crowd not back yet) says nothing of how
-    fast the console logs in. Counted in wall time, such a lull looked like a slow
-    console, whose refusals then sent the crowd away for longer, and so on: 5,000
-    agents took anything from 19 to 53 s to log in, from one run to the next."""
+    The rate is what recent logins saw: how many were waiting on average while each
+    waited, over how long each took (Little's law), summed over the last RATE_SAMPLE.
+    Counting the
+    logins that finished per second instead measured the crowd as much as the console:
+    a crowd let in at once finishes late and together, so its first second counted ten
+    logins where the next half counted four hundred, and a lull while the refused were
+    away looked like a slow console; the refused were then sent away for longer, and
+    5,000 agents took anything from 19 to 53 s to log in from one run to the next."""
 
-    RATE_WINDOW_S = 5.0  # logins finished over this much busy time give the rate
-    ASSUMED_RATE = 200.0  # logins a second, until they have finished long enough to measure
+    RATE_SAMPLE = 200  # the logins whose waits give the rate
+    ASSUMED_RATE = 200.0  # logins a second, until RATE_MEASURED_FROM have finished
     RATE_MEASURED_FROM = 10
-    RATE_MEASURED_AFTER_S = 1.0
     SHORTEST_WAIT_S = 1.0  # a refused agent is not asked back sooner
     LONGEST_WAIT_S = 60.0
     # Slots are booked this much faster than logins have been finishing. At the very
@@ -120,52 +131,58 @@ class LoginGate:
         self.patience_s = patience_s
         self.waiting = 0
         self.clock = clock
-        self.busy_s = 0.0  # seconds during which some connection was waiting, in all
         self.ticked_at = clock()
-        self.finished: deque[float] = deque()  # busy_s when each recent login finished
+        self.waited_s = 0.0  # the seconds every connection has waited, in all
+        # (how many waited on average alongside, seconds taken) of the recent logins,
+        # and their sums.
+        self.finished: deque[tuple[float, float]] = deque()
+        self.in_line_sum, self.taken_sum = 0.0, 0.0
         self.booked_until = 0.0  # the last refused agent's slot (on `clock`)
         self.rng = rng or random.Random()
 
-    def arrive(self) -> None:
+    def arrive(self) -> LoginTicket:
         """A connection that will log in: raises Busy when as many are waiting as can
-        be logged in within `patience_s` at the rate logins finish, or `limit`."""
+        be logged in within `patience_s` at the rate the process logs in, or `limit`.
+        The ticket is given back to `leave`."""
         now = self._tick()
         room = min(self.limit, max(1, int(self._rate() * self.patience_s)))
         if self.waiting >= room:
             raise Busy(self._retry_after(now))
         self.waiting += 1
+        return LoginTicket(now, self.waited_s)
 
-    def leave(self, *, logged_in: bool) -> None:
+    def leave(self, ticket: LoginTicket, *, logged_in: bool) -> None:
         """An arrived connection logged in, or went away without."""
-        self._tick()
+        now = self._tick()
         self.waiting -= 1
-        if logged_in:
-            self.finished.append(self.busy_s)
+        if logged_in and now > ticket.arrived_at:
+            taken_s = now - ticket.arrived_at
+            in_line = max(1.0, (self.waited_s - ticket.waited_s) / taken_s)
+            self._count(in_line, taken_s)
 
     def _tick(self) -> float:
-        """Count the time since the last arrival or departure as busy if some
-        connection was waiting through it; forget logins beyond the window."""
+        """Add the seconds waited since the last arrival or departure."""
         now = self.clock()
-        if self.waiting > 0:
-            self.busy_s += now - self.ticked_at
+        self.waited_s += self.waiting * (now - self.ticked_at)
         self.ticked_at = now
-        while self.finished and self.finished[0] < self.busy_s - self.RATE_WINDOW_S:
-            self.finished.popleft()
         return now
 
+    def _count(self, in_line: float, taken_s: float) -> None:
+        self.finished.append((in_line, taken_s))
+        self.in_line_sum += in_line
+        self.taken_sum += taken_s
+        if len(self.finished) > self.RATE_SAMPLE:
+            old_in_line, old_taken_s = self.finished.popleft()
+            self.in_line_sum -= old_in_line
+            self.taken_sum -= old_taken_s
+
     def _rate(self) -> float:
-        """Logins a second of busy time, over the time the recent ones took (not the
-        whole window). Not measured from fewer than RATE_MEASURED_FROM (a few logins
-        now and then say nothing of how fast the console is), nor until they have been
-        finishing for RATE_MEASURED_AFTER_S: a crowd's first logins, counted over a
-        second that had just begun, made a fast console look ten times slower, and its
-        first refused agents were sent away for a minute (a fleet of 1,000 took 63 s to
-        log in instead of 7). Coming back too early costs a refusal; too late, the
-        agent's whole absence."""
-        measured_s = self.busy_s - self.finished[0] if self.finished else 0.0
-        if len(self.finished) < self.RATE_MEASURED_FROM or measured_s < self.RATE_MEASURED_AFTER_S:
+        """Logins a second, from the recent logins' waits; assumed until
+        RATE_MEASURED_FROM have finished. A login that came alone says how fast one is
+        (fewer than the console can do at once, but then nobody is refused)."""
+        if len(self.finished) < self.RATE_MEASURED_FROM:
             return self.ASSUMED_RATE
-        return len(self.finished) / measured_s
+        return self.in_line_sum / self.taken_sum
 
     def _retry_after(self, now: float) -> float:
         """The refused agent's slot: the next free one, 1/(rate x PACE) seconds after

@@ -23,11 +23,11 @@ class Clock:
 
 
 def logins_finishing(gate: protocol.LoginGate, clock: Clock, count: int, every_s: float):
-    """`count` logins finishing `every_s` apart, each waiting that long: busy time."""
+    """`count` logins one after the other, each alone and taking `every_s`."""
     for _ in range(count):
-        gate.arrive()
+        ticket = gate.arrive()
         clock.now += every_s
-        gate.leave(logged_in=True)
+        gate.leave(ticket, logged_in=True)
 
 
 def refused(gate: protocol.LoginGate) -> float:
@@ -40,18 +40,17 @@ def refused(gate: protocol.LoginGate) -> float:
 
 def test_connections_beyond_the_limit_are_refused_as_busy_until_one_leaves():
     gate = protocol.LoginGate(2)
-    gate.arrive()
+    first = gate.arrive()
     gate.arrive()
     refused(gate)
-    gate.leave(logged_in=True)
+    gate.leave(first, logged_in=True)
     gate.arrive()
     assert gate.waiting == 2
 
 
 def test_a_connection_that_goes_away_without_logging_in_frees_its_place():
     gate = protocol.LoginGate(1)
-    gate.arrive()
-    gate.leave(logged_in=False)
+    gate.leave(gate.arrive(), logged_in=False)
     gate.arrive()
     assert gate.waiting == 1 and not gate.finished
 
@@ -103,24 +102,38 @@ def test_no_refusal_asks_for_more_than_a_minute():
     assert max(waits) <= protocol.LoginGate.LONGEST_WAIT_S
 
 
-def test_the_wait_follows_the_rate_logins_finish_at_since_they_began_finishing():
+def test_the_wait_follows_the_rate_logins_finish_at():
     clock = Clock()
     gate = protocol.LoginGate(1, clock=clock)
-    logins_finishing(gate, clock, 50, every_s=0.025)  # fifty in 1.25 s: 40 a second
+    logins_finishing(gate, clock, 50, every_s=0.025)  # one at a time: 40 a second
     gate.arrive()
     waits = [refused(gate) for _ in range(200)]
-    # 40 a second (measured over 1.25 s, not the five-second window), booked at 60: the
-    # 200 refused are booked over 3.3 seconds after the first, not twenty.
+    # booked at 60 a second: the 200 refused over 3.3 seconds after the first.
     assert 1.0 + 3.2 <= max(waits) <= 1.0 + 3.5
 
 
-def test_logins_finishing_for_less_than_a_second_are_not_yet_taken_for_a_rate():
-    # A crowd's first ten logins, over a tenth of a second: measured over it, a hundred
-    # a second; over the second just begun, ten, and the crowd sent away for up to a
-    # minute; assumed, 200.
+def test_a_crowd_let_in_at_once_is_measured_at_the_rate_it_is_logged_in():
+    # 500 let in at once, logged in in parallel over two seconds: 250 a second. Its
+    # first twenty, done at 2 s, had the other 480 waiting alongside all along (counted
+    # as logins finished per second of the clock: twenty in no time, a rate unknown).
+    clock = Clock()
+    gate = protocol.LoginGate(500, clock=clock)
+    tickets = [gate.arrive() for _ in range(500)]
+    clock.now += 2.0
+    for ticket in tickets[:20]:
+        gate.leave(ticket, logged_in=True)
+    for _ in range(20):  # the limit again
+        gate.arrive()
+    waits = [refused(gate) for _ in range(300)]
+    # Booked at 375 a second, after the 500 waiting (1.3 s): the last at 2.1 s.
+    assert 2.0 <= max(waits) <= 2.2
+
+
+def test_fewer_than_ten_logins_are_not_yet_taken_for_a_rate():
+    # Nine logins, a tenth of a second each: not yet ten a second, 200 assumed.
     clock = Clock()
     gate = protocol.LoginGate(1, clock=clock)
-    logins_finishing(gate, clock, 10, every_s=0.01)
+    logins_finishing(gate, clock, 9, every_s=0.1)
     gate.arrive()
     waits = [refused(gate) for _ in range(1000)]
     assert max(waits) <= 1.0 + 3.4
@@ -139,10 +152,10 @@ def test_a_few_logins_now_and_then_are_not_taken_for_a_slow_console():
 
 
 def test_fewer_may_wait_when_logins_finish_slowly():
-    """Ten logins finishing over 3.6 s in which some were waiting: 2.8 a second, so
-    with 3.7 s of patience ten may wait, not the hundred of the limit."""
+    """Ten logins of 0.4 s each, one at a time: 2.5 a second, so with 4.2 s of patience
+    ten may wait, not the hundred of the limit."""
     clock = Clock()
-    gate = protocol.LoginGate(100, patience_s=3.7, clock=clock)
+    gate = protocol.LoginGate(100, patience_s=4.2, clock=clock)
     logins_finishing(gate, clock, 10, every_s=0.4)
     for _ in range(10):
         gate.arrive()
@@ -151,9 +164,9 @@ def test_fewer_may_wait_when_logins_finish_slowly():
 
 
 def test_a_lull_with_nobody_waiting_is_not_taken_for_a_slow_console():
-    # A hundred logins a second while a crowd was waiting; then four seconds with nobody
-    # waiting (the refused not back yet); then a few more. Counted in wall time that
-    # would be 21 a second, and the next 300 refused would be booked over ten seconds.
+    # A hundred logins a second; then four seconds with nobody waiting (the refused not
+    # back yet); then a few more. Counted as logins finished per second of the clock
+    # that is 21 a second, and the next 300 refused would be booked over ten seconds.
     clock = Clock()
     gate = protocol.LoginGate(1, clock=clock)
     logins_finishing(gate, clock, 100, every_s=0.01)
