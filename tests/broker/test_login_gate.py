@@ -68,7 +68,7 @@ def test_the_refusal_says_when_to_come_back_in_its_frame():
 
 
 def test_a_crowd_of_refused_logins_is_booked_a_slot_each_at_the_rate_logins_finish():
-    gate = protocol.LoginGate(1)
+    gate = protocol.LoginGate(1, clock=Clock())  # a crowd in one instant, however slow
     gate.arrive()
     waits = [refused(gate) for _ in range(1500)]
     # 1,500 refused at the assumed 200 logins a second, booked half again as fast: one
