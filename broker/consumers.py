@@ -179,6 +179,7 @@ class AgentConsumer(SendsUntilClosed):
         self.seen_at = 0.0  # time.monotonic() of the last presence write
         self.login_deadline: asyncio.Task | None = None
         self.waiting_to_log_in = False
+        self.login_ticket: protocol.LoginTicket | None = None  # let in by the gate
         await self.accept()
         try:
             self.login_ticket = _logins.arrive()
