@@ -68,6 +68,7 @@ LocalHandler = Callable[[dict], Awaitable[None]]
 # messages come in the process's one Redis key).
 LOCAL_MARK = "local-"
 READ_AGAIN_AFTER_S = 1.0
+READ_FAILED_SAID_EVERY_S = 60.0
 
 # A push in one round trip. For every group (KEYS), its live members, oldest expired
 # first as channels_redis' group_send does; one message per receiving process (channel
@@ -170,6 +171,7 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
         self._mark_key = f"{self.prefix}:process:{secrets.token_hex(8)}"
         self._local_channels: dict[str, dict[str, LocalHandler]] = {}
         self._reader_task: asyncio.Task | None = None
+        self._read_failed_said_at = -READ_FAILED_SAID_EVERY_S
         self._fan_out_queue: asyncio.Queue | None = None
         self._fan_out_task: asyncio.Task | None = None
         self._blocking_clients: dict[int, redis.Redis] = {}
@@ -347,8 +349,16 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
             except Exception as error:
                 if asyncio.current_task().cancelling():  # channels_redis, cancelled, may
                     raise asyncio.CancelledError from error  # raise an error of its own
-                logger.warning("reading the channel layer failed", exc_info=True)
+                self._say_reading_failed()
                 await asyncio.sleep(READ_AGAIN_AFTER_S)
+
+    def _say_reading_failed(self) -> None:
+        """Log a failed read, at most once every READ_FAILED_SAID_EVERY_S: a Redis that is
+        down fails every second, and its outage should not bury the process's log."""
+        now = time.monotonic()
+        if now - self._read_failed_said_at >= READ_FAILED_SAID_EVERY_S:
+            self._read_failed_said_at = now
+            logger.warning("reading the channel layer failed (retrying)", exc_info=True)
 
     async def receive_single(self, channel):
         """As channels_redis, but a message's local channels (`local_channel`) are

@@ -197,26 +197,27 @@ def test_a_dropped_local_channel_is_handed_nothing_more_and_nothing_is_queued_fo
     assert gone_got == [] and len(here_got) == 1 and not queued
 
 
-def test_the_local_channels_reader_reads_again_after_redis_failed(monkeypatch):
-    monkeypatch.setattr("broker.push.layer.READ_AGAIN_AFTER_S", 0.1)
+def test_the_local_channels_reader_reads_again_after_redis_failed_saying_so_once(
+    monkeypatch, caplog
+):
+    monkeypatch.setattr("broker.push.layer.READ_AGAIN_AFTER_S", 0.05)
 
     async def scenario():
         layer, recorder = layer_like_the_settings(), Recorder()
-        failures = iter([ConnectionError("Redis went away")])
+        failures = iter([ConnectionError("Redis went away")] * 3)
         read = layer._brpop_with_clean
 
-        async def fails_once(*args, **kwargs):
+        async def fails_thrice(*args, **kwargs):
             if (failure := next(failures, None)) is not None:
                 raise failure
             return await read(*args, **kwargs)
 
-        layer._brpop_with_clean = fails_once
+        layer._brpop_with_clean = fails_thrice
         channel = layer.local_channel({"test.push": recorder.handler("push")})
         await layer.group_add("test.again", channel)
-        await asyncio.sleep(0.3)  # the first read failed, the next one waits
-        await asyncio.to_thread(
-            layer.group_send_each, {"test.again": [1]}, message_type="test.push"
-        )
+        await asyncio.sleep(0.4)  # the first reads failed, the next one waits
+        push = {"test.again": [1]}
+        await asyncio.to_thread(layer.group_send_each, push, message_type="test.push")
         await recorder.wait_for(1)
         await layer.group_discard("test.again", channel)
         await settled()
@@ -224,6 +225,8 @@ def test_the_local_channels_reader_reads_again_after_redis_failed(monkeypatch):
 
     left, got = asyncio.run(scenario())
     assert left is None and got[0][1]["groups"] == {"test.again": [1]}
+    said = [r for r in caplog.records if "reading the channel layer failed" in r.message]
+    assert len(said) == 1  # three failures in a row, said once
 
 
 def forget(layer: FanoutRedisChannelLayer, groups: list[str]) -> None:
