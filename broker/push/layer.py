@@ -150,6 +150,17 @@ def _packed_pairs(groups: list[str], payloads: dict[str, Any]) -> tuple[bytes, l
     return packer.bytes(), ends
 
 
+def _running_on_this_loop(
+    task: asyncio.Task | None, start: Callable[[], Awaitable[None]]
+) -> asyncio.Task:
+    """`task` if it still runs on the running loop, else `start()` as a new task there
+    (a loop that ended, a test's earlier loop, took its tasks with it)."""
+    loop = asyncio.get_running_loop()
+    if task is None or task.done() or task.get_loop() is not loop:
+        return loop.create_task(start())
+    return task
+
+
 class ChannelFullError(RuntimeError):
     """Some receiving process had too many messages waiting: refusing to drop silently."""
 
@@ -279,10 +290,7 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
             self._memberships[group].add(channel)
 
     def _keep_memberships_on_this_loop(self) -> None:
-        task = self._keeper_task
-        loop = asyncio.get_running_loop()
-        if task is None or task.done() or task.get_loop() is not loop:
-            self._keeper_task = loop.create_task(self._keep_memberships())
+        self._keeper_task = _running_on_this_loop(self._keeper_task, self._keep_memberships)
 
     async def _keep_memberships(self) -> None:
         while True:
@@ -321,7 +329,7 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
         type) on this loop, never to a queue: its consumer neither holds a queue nor
         waits in `receive`, and one task of the process reads for all such channels.
         A message of another type for it is dropped (logged)."""
-        channel = f"specific.{self.client_prefix}!{LOCAL_MARK}{uuid.uuid4().hex}"
+        channel = self._local_name(uuid.uuid4().hex)
         self._local_channels[channel] = handlers
         self._keep_memberships_on_this_loop()
         self._read_on_this_loop()
@@ -331,18 +339,20 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
         """Stop serving `channel`: its messages still on their way are dropped."""
         self._local_channels.pop(channel, None)
 
+    def _local_name(self, suffix: str) -> str:
+        """A local channel's name: in this process's part of channels_redis' names (as
+        `new_channel` makes them), marked as local."""
+        return f"specific.{self.client_prefix}!{LOCAL_MARK}{suffix}"
+
     def _read_on_this_loop(self) -> None:
-        task = self._reader_task
-        loop = asyncio.get_running_loop()
-        if task is None or task.done() or task.get_loop() is not loop:
-            self._reader_task = loop.create_task(self._read_for_local_channels())
+        self._reader_task = _running_on_this_loop(self._reader_task, self._read_for_local_channels)
 
     async def _read_for_local_channels(self) -> None:
         """Receive on a channel of its own that no message is for: channels_redis then
         reads the process's messages under its receive lock, handing them out (to the
         local handlers through `receive_single`, to other consumers' queues), as long as
         this task lives. A Redis that fails is tried again a second later."""
-        channel = f"specific.{self.client_prefix}!{LOCAL_MARK}reader"
+        channel = self._local_name("reader")
         while True:
             try:
                 await self.receive(channel)
