@@ -100,12 +100,12 @@ class LoginGate:
 
     The rate is what recent logins saw: how many were waiting on average while each
     waited, over how long each took (Little's law), summed over the last RATE_SAMPLE.
-    Counting the
-    logins that finished per second instead measured the crowd as much as the console:
-    a crowd let in at once finishes late and together, so its first second counted ten
-    logins where the next half counted four hundred, and a lull while the refused were
-    away looked like a slow console; the refused were then sent away for longer, and
-    5,000 agents took anything from 19 to 53 s to log in from one run to the next."""
+    Counting the logins that finished per second instead measured the crowd as much as
+    the console: a crowd let in at once finishes late and together, so its first second
+    counted ten logins where the next half counted four hundred, and a lull while the
+    refused were away looked like a slow console; the refused were then sent away for
+    longer, and 5,000 agents took anything from 19 to 53 s to log in from one run to
+    the next."""
 
     RATE_SAMPLE = 200  # the logins whose waits give the rate
     ASSUMED_RATE = 200.0  # logins a second, until RATE_MEASURED_FROM have finished
