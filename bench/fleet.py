@@ -90,7 +90,9 @@ class Console:
             argv = [daphne, "--fd", fd, "--ping-interval", str(WEB_PING_AFTER_S)]
             argv += ["console.asgi:application"]
         else:
-            argv = web_server_argv(self.listener, verbose=True)  # as the launcher starts it
+            # As the launcher starts it: quiet. Verbose, Uvicorn writes two lines for
+            # every connection, a twelfth of a web process's time in a crowd's logins.
+            argv = web_server_argv(self.listener)
         shared = {"stdout": self.log, "stderr": self.log, "pass_fds": (self.listener.fileno(),)}
         return start_process(argv, self.env, **shared)
 

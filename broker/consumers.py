@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import sys
 import threading
 import time
@@ -32,7 +33,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections, connections
 
-from broker import protocol
+from broker import handshake_denial, protocol
 from broker.audit import Actor
 from broker.errors import AuthenticationFailed, BrokerError, InvalidInput
 from broker.group_commit import GroupCommit
@@ -109,6 +110,7 @@ logger = logging.getLogger(__name__)
 _logins = protocol.LoginGate(
     settings.AGENT_LOGINS_AT_ONCE, patience_s=settings.AGENT_LOGIN_TIMEOUT_S / 2
 )
+handshake_denial.quiet_uvicorn_about_denials()
 # Presence writes running in the background: kept here so that they are not collected
 # before they finish (the event loop holds tasks only weakly).
 _presence_writes: set[asyncio.Task] = set()
@@ -180,19 +182,47 @@ class AgentConsumer(SendsUntilClosed):
         self.login_deadline: asyncio.Task | None = None
         self.waiting_to_log_in = False
         self.login_ticket: protocol.LoginTicket | None = None  # let in by the gate
-        await self.accept()
         try:
             self.login_ticket = _logins.arrive()
         except protocol.Busy as busy:
-            await self._refuse(busy, None)
+            await self._refuse_busy(busy)
             return
+        await self.accept()
         self.waiting_to_log_in = True
         self.login_deadline = asyncio.create_task(self._close_unless_logged_in())
+
+    async def _refuse_busy(self, busy: protocol.Busy) -> None:
+        """Refuse the handshake itself where the web server can (503, Retry-After, the
+        `busy` frame as the body): a crowd's refused agents no longer open a
+        WebSocket to be told, in a frame, and closed, each side's work for every
+        refusal; elsewhere (Daphne), accept, send the frame and close with 4503."""
+        if not handshake_denial.can_deny(self.scope):
+            await self.accept()
+            await self._refuse(busy, None)
+            return
+        self.closed = True  # no WebSocket: nothing is sent on it
+        retry_after = str(math.ceil(busy.retry_after_s)).encode()
+        denial = handshake_denial.deny(
+            self.base_send,
+            status=503,
+            headers=[(b"content-type", b"application/json"), (b"retry-after", retry_after)],
+            body=_encoded(protocol.error_frame(busy)).encode(),
+        )
+        await self._unless_gone(denial)
 
     def _done_waiting(self, *, logged_in: bool) -> None:
         if self.waiting_to_log_in:
             self.waiting_to_log_in = False
             _logins.leave(self.login_ticket, logged_in=logged_in)
+
+    async def websocket_disconnect(self, message: dict) -> None:
+        """As Channels', without closing the database connections of the process's one
+        shared sync thread, which this consumer never uses (its database work runs in
+        `in_thread`, which closes its own): a turn on that thread for every socket that
+        ends, all of the process's in one queue, was a sixteenth of a web process's
+        time while a crowd was refused and logged in."""
+        await self.disconnect(message["code"])
+        raise StopConsumer()
 
     async def disconnect(self, code: int) -> None:
         self._done_waiting(logged_in=False)

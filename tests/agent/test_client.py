@@ -12,8 +12,10 @@ import pytest
 from sn_agent import client as library
 from sn_agent.client import Agent, Notification
 from websockets.asyncio.server import ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import Close
+from websockets.http11 import Response
 
 Script = Callable[[ServerConnection, dict, "FakeServer"], Awaitable[None]]
 
@@ -93,6 +95,12 @@ def push(*positions: int) -> Script:
     return script
 
 
+def handshakes(server: FakeServer) -> dict:
+    """How `server` answers handshakes: its own process_request, if it has one."""
+    process_request = getattr(server, "process_request", None)
+    return {"process_request": process_request} if process_request else {}
+
+
 async def received_by_application(
     server: FakeServer, count: int, answer=None, until=lambda: True
 ) -> list[Notification]:
@@ -104,7 +112,7 @@ async def received_by_application(
         taken.append(notification)
         return answer
 
-    async with serve(server.handle, "127.0.0.1", 0) as listening:
+    async with serve(server.handle, "127.0.0.1", 0, **handshakes(server)) as listening:
         port = listening.sockets[0].getsockname()[1]
         agent = Agent(f"ws://127.0.0.1:{port}/", "snt_test")
         running = asyncio.create_task(agent.run(handler))
@@ -366,6 +374,62 @@ def test_a_login_whose_socket_closed_before_it_was_sent_still_honours_the_busy_f
         run(Agent("ws://unused/", "snt_test").connect())
     assert refused.value.retry_after_s == 2.5
     assert library._asked_to_wait(refused.value) == 2.5
+
+
+class RefusesHandshakes(TimedServer):
+    """Answers the first handshakes with the given HTTP responses instead of opening a
+    WebSocket (a busy console's 503), then serves its scripts."""
+
+    def __init__(self, refusals: list[Response], *scripts: Script) -> None:
+        super().__init__(*scripts)
+        self.refusals = refusals
+        self.handshake_times: list[float] = []
+
+    def process_request(self, connection, request) -> Response | None:
+        self.handshake_times.append(asyncio.get_running_loop().time())
+        return self.refusals.pop(0) if self.refusals else None
+
+
+def refusal(status: int, *, body: dict | None = None, retry_after: str | None = None):
+    headers = Headers({"Retry-After": retry_after} if retry_after is not None else {})
+    text = json.dumps(body).encode() if body is not None else b""
+    return Response(status, "refused", headers, text)
+
+
+BUSY_FRAME = {"type": "error", "ref": None, "code": "busy", "message": "busy", "field": None}
+
+
+def test_an_agent_whose_handshake_the_busy_console_refused_comes_back_no_sooner_than_asked():
+    server = RefusesHandshakes(
+        [
+            refusal(503, body={**BUSY_FRAME, "retry_after_s": 0.4}, retry_after="1"),
+            refusal(503, retry_after="1"),  # a legacy client sees the headers alone
+        ],
+        push(1),
+    )
+
+    taken = run(received_by_application(server, 1))
+    assert [n.position for n in taken] == [1]
+    first, second, third = server.handshake_times
+    assert 0.4 <= second - first < 1.0 and third - second >= 1.0
+
+
+@pytest.mark.parametrize(
+    "response",
+    [refusal(503), refusal(503, body={"code": "other"}), refusal(502, retry_after="3")],
+)
+def test_a_refused_handshake_that_is_not_a_busy_console_is_an_ordinary_failure(response):
+    server = RefusesHandshakes([response])
+
+    async def scenario() -> BaseException:
+        async with serve(server.handle, "127.0.0.1", 0, **handshakes(server)) as listening:
+            port = listening.sockets[0].getsockname()[1]
+            with pytest.raises(Exception) as failed:
+                await Agent(f"ws://127.0.0.1:{port}/", "snt_test").connect()
+            return failed.value
+
+    failure = run(scenario())
+    assert isinstance(failure, InvalidStatus) and not isinstance(failure, library.TryAgainLater)
 
 
 @pytest.mark.parametrize(

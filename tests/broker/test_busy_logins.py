@@ -1,19 +1,21 @@
 """A web process with too many connections waiting to log in tells the next ones to
-come back (`busy`, 4503, `retry_after_s`) instead of letting them time out; the agent
-library comes back when told, and every agent of a crowd gets in."""
+come back (`busy`, `retry_after_s`, refusing their handshakes with 503) instead of
+letting them time out; the agent library comes back when told, and every agent of a
+crowd gets in."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from contextlib import ExitStack, suppress
+import math
+from contextlib import ExitStack
 
 import pytest
 from sn_agent.client import Agent
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import InvalidStatus
+from websockets.http11 import Response
 from websockets.sync.client import connect
 
-from broker import protocol
 from tests.broker.agent_helpers import agent_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,38 +30,34 @@ def one_login_at_a_time(django_db_setup, django_db_blocker, serve_console):
         yield base_url
 
 
-def first_answers(url: str, token: str, count: int) -> list[tuple[dict, int | None]]:
-    """Open `count` sockets at once, send a login on each, and read each one's first
-    frame and, if the server then closed it, the close code. (A socket refused as it
-    opened may be closed before its login is sent.)"""
-    with ExitStack() as stack:
-        sockets = [stack.enter_context(connect(url)) for _ in range(count)]
-        for index, ws in enumerate(sockets):
-            with suppress(ConnectionClosed):
-                ws.send(json.dumps({"type": "login", "token": token, "ref": index}))
-        return [(json.loads(ws.recv(timeout=10)), closed_with(ws)) for ws in sockets]
+def open_at_once(sockets: ExitStack, url: str, count: int) -> tuple[list, list[Response]]:
+    """Open `count` sockets (closed with `sockets`), none logging in yet: the sockets
+    opened, and the responses of the handshakes refused."""
+    opened, refused = [], []
+    for _ in range(count):
+        try:
+            opened.append(sockets.enter_context(connect(url)))
+        except InvalidStatus as refusal:
+            refused.append(refusal.response)
+    return opened, refused
 
 
-def closed_with(ws) -> int | None:
-    try:
-        while True:
-            ws.recv(timeout=2)
-    except Exception:
-        return ws.close_code
-
-
-def test_connections_beyond_those_waiting_to_log_in_are_told_when_to_come_back_and_closed_4503(
+def test_connections_beyond_those_waiting_to_log_in_are_refused_503_with_when_to_come_back(
     one_login_at_a_time, cast
 ):
-    answers = first_answers(agent_url(one_login_at_a_time), cast["server"], CROWD)
-    busy = [(frame, code) for frame, code in answers if frame["type"] == "error"]
-    assert busy, "every login ran at once"
-    for frame, code in busy:
-        assert frame["code"] == "busy" and 1.0 <= frame["retry_after_s"] <= 60.0
-        assert f"try again in {frame['retry_after_s']:g} s" in frame["message"]
-        assert code == protocol.CLOSE_TRY_AGAIN_LATER == 4503
-    welcomed = [frame for frame, code in answers if frame["type"] == "welcome"]
-    assert len(welcomed) + len(busy) == CROWD
+    with ExitStack() as sockets:
+        opened, refused = open_at_once(sockets, agent_url(one_login_at_a_time), CROWD)
+        assert refused, "every connection was let in to log in"
+        for response in refused:
+            frame = json.loads(response.body)
+            assert response.status_code == 503
+            assert frame["code"] == "busy" and 1.0 <= frame["retry_after_s"] <= 60.0
+            assert f"try again in {frame['retry_after_s']:g} s" in frame["message"]
+            assert response.headers["Retry-After"] == str(math.ceil(frame["retry_after_s"]))
+        for index, ws in enumerate(opened):
+            ws.send(json.dumps({"type": "login", "token": cast["server"], "ref": index}))
+            assert json.loads(ws.recv(timeout=10))["type"] == "welcome"
+        assert len(opened) + len(refused) == CROWD
 
 
 def test_a_crowd_of_agents_told_to_come_back_all_get_in(one_login_at_a_time, cast):

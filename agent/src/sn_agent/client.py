@@ -215,9 +215,15 @@ class Agent:
         # No WebSocket pings: the heartbeat (a confirmation the server answers) tells
         # whether the connection lives, and each ping would be a frame more for the
         # server to answer, for every agent of the fleet.
-        socket = await websockets.connect(
-            self.url, max_size=2**20, open_timeout=30, ping_interval=None
-        )
+        try:
+            socket = await websockets.connect(
+                self.url, max_size=2**20, open_timeout=30, ping_interval=None
+            )
+        except WebSocketException as refused:
+            busy = _busy_refusal(refused)
+            if busy is None:
+                raise
+            raise busy from refused
         session = self._session = _Session(socket)
         session.tasks.append(asyncio.create_task(self._read(session)))
         self.replayed.clear()
@@ -593,6 +599,40 @@ def _asked_to_wait(error: BaseException) -> float:
     if isinstance(asked, bool) or not isinstance(asked, (int, float)) or asked != asked:
         return 0.0
     return min(max(float(asked), 0.0), 2 * RECONNECT_MAX_S)
+
+
+def _busy_refusal(refused: WebSocketException) -> Optional[TryAgainLater]:
+    """The busy console's refusal of the handshake itself (503, the `busy` frame as
+    its body, `Retry-After` in whole seconds), as TryAgainLater; None for any other
+    failed handshake. Read from websockets' InvalidStatus (14 and later) or its legacy
+    client's InvalidStatusCode (13), which has the headers but not the body."""
+    response = getattr(refused, "response", None)
+    status = getattr(response, "status_code", getattr(refused, "status_code", None))
+    headers = getattr(response, "headers", getattr(refused, "headers", None))
+    if status != 503 or headers is None:
+        return None
+    frame = _json_object(getattr(response, "body", None) or b"")
+    asked = frame.get("retry_after_s") if frame.get("code") == "busy" else None
+    if asked is None:
+        asked = _number(headers.get("Retry-After"))
+    if asked is None:
+        return None  # a 503 that is not the console's: an ordinary failure
+    return TryAgainLater(asked, f"busy: {frame.get('message', 'the server is busy')}")
+
+
+def _json_object(body: bytes) -> dict:
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _number(text: Optional[str]) -> Optional[float]:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
 
 
 def _closing_error(
