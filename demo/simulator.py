@@ -258,17 +258,6 @@ def write_stats(path: str, servers: list[SimulatedServer]) -> None:
         )
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop where it is installed (the console's own environment has it), as
-    the web processes run: thousands of agents in one process spent a quarter of its
-    time in asyncio's own Python, time taken from the console on a shared machine."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 def main(argv: list[str]) -> int:
     with open(argv[0]) as file:
         spec = json.load(file)
@@ -277,7 +266,7 @@ def main(argv: list[str]) -> int:
     _, most = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (most, most))
     root = fleet_folder()
-    loop = new_event_loop()
+    loop = asyncio.new_event_loop()
     fleet = loop.create_task(run_fleet(spec, root))
     # Once: a second signal (the group's, then the simulator's forward) must not cut
     # short the clean-up that the first one started.
