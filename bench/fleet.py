@@ -91,7 +91,7 @@ class Console:
             argv += ["console.asgi:application"]
         else:
             # As the launcher starts it: quiet. Verbose, Uvicorn writes two lines for
-            # every connection, a twelfth of a web process's time in a crowd's logins.
+            # every connection, 7 % of a web process's time in a crowd's logins.
             argv = web_server_argv(self.listener)
         shared = {"stdout": self.log, "stderr": self.log, "pass_fds": (self.listener.fileno(),)}
         return start_process(argv, self.env, **shared)
