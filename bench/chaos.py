@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -90,6 +91,13 @@ class Stack:
     def _worker(self, index: int) -> subprocess.Popen:
         return start_process(self.worker_argvs[index], self.env, stdout=self.log, stderr=self.log)
 
+    def died_unasked(self) -> list[str]:
+        """The console's processes that have exited though the bench never killed
+        them (those it killed were replaced)."""
+        named = [("beat", self.beat), *((f"worker {i}", w) for i, w in enumerate(self.workers))]
+        named += [(f"web {i}", w) for i, w in enumerate(self.web)]
+        return [f"{name} exited {p.returncode}" for name, p in named if p.poll() is not None]
+
     def processes(self) -> list[subprocess.Popen]:
         return [p for p in [self.fleet, self.beat, *self.workers, *self.web] if p is not None]
 
@@ -112,10 +120,12 @@ class Stack:
         self._later(lambda: self.workers.__setitem__(0, self._worker(0)))
 
     def restart_redis(self) -> None:
+        """Redis killed and started again after the outage, as a host's restart would
+        (its saved data is loaded again: the streams of hops survive)."""
         redis_server = self.servers["redis"]
         redis_server.process.kill()
         redis_server.process.wait()
-        redis_server.start()  # same socket: every URL stays valid
+        self._later(redis_server.start)  # same socket: every URL stays valid
 
     def stop_postgres(self) -> None:
         postgres = self.servers["postgres"]
@@ -151,14 +161,20 @@ def publish_stream(stack: Stack, args, run_index: int) -> Published:
 
     northwest = Client.objects.get(name="northwest-controller")
     published = Published(started=time.monotonic())
-    fault_at = {int(args.events * (k + 1) / (len(FAULTS) + 1)): k for k in range(len(FAULTS))}
-    actions = [stack.kill_worker, stack.restart_redis, stack.stop_postgres, stack.kill_web]
+    actions = {
+        "kill a worker": stack.kill_worker,
+        "restart Redis": stack.restart_redis,
+        "stop PostgreSQL": stack.stop_postgres,
+        "kill a web process": stack.kill_web,
+    }
+    faults = args.faults
+    fault_at = {int(args.events * (k + 1) / (len(faults) + 1)): f for k, f in enumerate(faults)}
     for number in range(args.events):
         if number in fault_at:
-            index = fault_at[number]
-            published.fault_times.append((FAULTS[index], time.monotonic()))
-            print(f"  [{number:>6}] {FAULTS[index]}", flush=True)
-            actions[index]()
+            fault = fault_at[number]
+            published.fault_times.append((fault, time.monotonic()))
+            print(f"  [{number:>6}] {fault}", flush=True)
+            actions[fault]()
         _publish_one(northwest, number, args, run_index, published)
     published.finished = time.monotonic()
     return published
@@ -279,7 +295,7 @@ def rates(published: Published, settle_s: float, expected: int) -> None:
     """Baseline of the same run: publishing rate before the first fault, against the
     rate from the first fault to the end of publishing."""
     first_fault = published.fault_times[0][1]
-    calm_events = int(len(published.events) / (len(FAULTS) + 1))
+    calm_events = int(len(published.events) / (len(published.fault_times) + 1))
     calm_rate = calm_events / max(first_fault - published.started, 1e-9)
     chaos_rate = (len(published.events) - calm_events) / max(published.finished - first_fault, 1e-9)
     print(f"{'publish rate, calm':>25}: {calm_rate:,.0f} events/s")
@@ -301,6 +317,7 @@ def one_run(args, env: dict[str, str], servers: dict, run_index: int) -> dict:
     log = open(ROOT / "var" / "bench" / f"chaos-{run_index}.log", "w")  # noqa: SIM115
     stack = Stack(env=env, servers=servers, log=log)
     stats_dir = tempfile.mkdtemp(prefix="sn-chaos-")
+    deaths: list[str] = []
     try:
         stack.start_console(args.web, args.workers)
         wait_for_tree_idle(timeout_s=120)
@@ -313,11 +330,32 @@ def one_run(args, env: dict[str, str], servers: dict, run_index: int) -> dict:
         expected = expected_pairs(published)
         settle_s = wait_until_settled(len(expected), SETTLE_TIMEOUT_S)
         recorded = Delivery.objects.filter(event_id__in=list(published.events)).count()
+        deaths = stack.died_unasked()
     finally:
         stack.stop()
         log.close()
     figures = report(published, expected, received_by_agents(stats_dir), recorded)
     rates(published, settle_s, len(expected))
+    return {**figures, **quiet_through_the_faults(Path(log.name), deaths)}
+
+
+def quiet_through_the_faults(log_path: Path, deaths: list[str]) -> dict:
+    """What an operator would see of the faults: tracebacks in the processes' log,
+    processes that died without being killed, and how the agents' sockets were closed
+    (the agent library logs "connection lost (received 1011 ...)")."""
+    text = log_path.read_text(errors="replace")
+    codes = Counter(re.findall(r"connection lost \((?:received|sent) (\d{4})", text))
+    figures = {
+        "tracebacks in the log": text.count("Traceback (most recent call last)"),
+        "processes died unasked": len(deaths),
+        "agent sockets closed 1011": codes.get("1011", 0),
+    }
+    for name, value in figures.items():
+        print(f"{name:>25}: {value:,}")
+    closes = ", ".join(f"{code}: {count}" for code, count in sorted(codes.items()))
+    print(f"{'agents saw closes':>25}: {closes or 'none'}")
+    if deaths:
+        print(f"{'died':>25}: {'; '.join(deaths)}")
     return figures
 
 
@@ -332,6 +370,10 @@ def main() -> int:
     parser.add_argument("--web", type=int, default=2, help="web processes (one socket)")
     parser.add_argument("--lifetime", type=int, default=3600, help="events' lifetime, seconds")
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument(
+        "--faults", type=_faults, default=FAULTS,
+        help=f"which faults, comma-separated, in order (default: all: {', '.join(FAULTS)})",
+    )  # fmt: skip
     args = parser.parse_args()
     if os.environ.get("DATABASE_URL") or os.environ.get("REDIS_URL"):
         print("chaos restarts PostgreSQL and Redis: it runs on private ones (unset the URLs)")
@@ -355,6 +397,18 @@ def main() -> int:
             server.stop()
     print(f"runs with loss, duplicates or disorder at the agents: {failures} of {args.runs}")
     return 1 if failures else 0
+
+
+def _faults(text: str) -> tuple[str, ...]:
+    chosen = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in chosen if name not in FAULTS]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"unknown fault {unknown[0]!r}; choose from: {', '.join(FAULTS)}"
+            if unknown
+            else "name at least one fault"
+        )
+    return chosen
 
 
 def _environment() -> dict[str, str]:
