@@ -38,6 +38,7 @@ from broker.audit import Actor
 from broker.errors import AuthenticationFailed, BrokerError, InvalidInput
 from broker.group_commit import GroupCommit
 from broker.protocol import Request
+from broker.push import outages
 from broker.push.to_agents import MESSAGE_TYPE as PUSH_TYPE
 from broker.push.to_agents import SESSION_REVOKED, client_group
 from broker.reads.deliveries import deliveries_to_replay, last_position_of
@@ -111,6 +112,7 @@ _logins = protocol.LoginGate(
     settings.AGENT_LOGINS_AT_ONCE, patience_s=settings.AGENT_LOGIN_TIMEOUT_S / 2
 )
 handshake_denial.quiet_uvicorn_about_denials()
+outages.quiet_uvicorn_about_outages()
 # Presence writes running in the background: kept here so that they are not collected
 # before they finish (the event loop holds tasks only weakly).
 _presence_writes: set[asyncio.Task] = set()
@@ -232,7 +234,7 @@ class AgentConsumer(SendsUntilClosed):
         if self.session_recorded:
             self._record_presence(presence.Kind.CLOSED)
         if self.group is not None:  # even after half a login
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            await _leave_group(self.channel_layer, self.group, self.channel_name)
 
     async def dispatch(self, message: dict) -> None:
         """As Channels' dispatch, without closing the database connections of its one
@@ -288,15 +290,16 @@ class AgentConsumer(SendsUntilClosed):
         await self._send(protocol.error_frame(error, ref))
         if self.client is None:
             busy = isinstance(error, protocol.Busy)
-            await self.close(
-                code=protocol.CLOSE_TRY_AGAIN_LATER if busy else protocol.CLOSE_UNAUTHENTICATED
-            )
+            await self.close(code=protocol.CLOSE_BUSY if busy else protocol.CLOSE_UNAUTHENTICATED)
 
     async def _refuse_after_failure(self, ref: Any) -> None:
         """The last line of defence: a failure while handling a frame is logged and
-        answered, instead of closing the socket with 1011; the session goes on."""
+        answered, instead of closing the socket with 1011; the session goes on. (A
+        Redis outage is logged once per process: broker.push.outages.)"""
         logger.exception("agent frame failed (client %s)", self.actor or "not logged in")
-        await self._send(protocol.error_frame(protocol.InternalError("the server failed"), ref))
+        outage = outages.is_outage(sys.exc_info()[1])
+        said = "the server cannot reach Redis now" if outage else "the server failed"
+        await self._send(protocol.error_frame(protocol.InternalError(said), ref))
         if self.client is None:  # not the token's fault: the agent may retry later
             await self.close(code=protocol.CLOSE_TRY_AGAIN_LATER)
 
@@ -334,7 +337,7 @@ class AgentConsumer(SendsUntilClosed):
         peer = "{}:{}".format(*(self.scope.get("client") or ("?", "?")))
         # From the join on, pushes come through the local fan-out and wait for the
         # replay. Half a login (say Redis failed to join the group) is no login: the
-        # agent is told to try again later (4503), not left without its live stream.
+        # agent is told to try again later (1013), not left without its live stream.
         async with self._pushes_held():
             opened = await in_thread(agents.start_session)(
                 token=token,
@@ -577,6 +580,17 @@ class AgentConsumer(SendsUntilClosed):
         if "seal" not in item:  # a live push: the seal is read here, once per event
             item = {**item, "seal": await _seals.seal_of(item["event"], in_thread(stored_seal))}
         await self._send({"type": "notification", **item, "replay": replay})
+
+
+async def _leave_group(layer, group: str, channel: str) -> None:
+    """Leave `group` as the socket ends; with Redis down, the membership is left to
+    expire (the channel layer's group expiry) and the socket's end goes on."""
+    try:
+        await layer.group_discard(group, channel)
+    except Exception as error:
+        if not outages.is_outage(error):
+            raise
+        logger.warning("could not leave %s as its socket ended", group, exc_info=True)
 
 
 def _encoded(frame: dict) -> str:

@@ -32,9 +32,12 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_LOGIN_TIMEOUT = 4408
 CLOSE_ABUSIVE = 4429
 CLOSE_REVOKED = 4403
-# Failed or busy before login: try again later. Not WebSocket's own 1013: agents know
-# 4503 from the first releases, whose server (Daphne) could not send 1013.
-CLOSE_TRY_AGAIN_LATER = 4503
+# The server could not serve a login now (its database or Redis is down): WebSocket's
+# own "Try Again Later". (Releases before closed with 4503; agents treat both alike.)
+CLOSE_TRY_AGAIN_LATER = 1013
+# Busy with other logins, told after the handshake: only under a web server that can
+# neither refuse the handshake (503) nor send 1013 (Daphne).
+CLOSE_BUSY = 4503
 
 CLIENT_TYPES = frozenset(
     {"login", "advertise", "update", "policy", "publish", "ack", "heartbeat", "received", "resend"}

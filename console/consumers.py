@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from datetime import UTC, datetime
@@ -11,11 +12,15 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django_otp import DEVICE_ID_SESSION_KEY
 
 from broker.consumers import SendsUntilClosed
+from broker.push import outages
 from broker.push.to_consoles import EVENTS, FLEET, REPORTS, TREE, console_group
 from broker.roles import READ, needs_second_factor
 
 # Close code for an unauthenticated socket (4000-4999 are free for applications).
 CLOSE_UNAUTHENTICATED = 4401
+# Redis is down: WebSocket's "Try Again Later" (the page's script reconnects).
+CLOSE_TRY_AGAIN_LATER = 1013
+logger = logging.getLogger(__name__)
 
 
 # What a page may watch: the fleet, the dispatcher tree, one client by id, the events,
@@ -47,10 +52,26 @@ class ConsoleConsumer(SendsUntilClosed, AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def disconnect(self, code: int) -> None:
-        for topic in getattr(self, "watching", ()):
-            await self.channel_layer.group_discard(console_group(topic), self.channel_name)
+        try:
+            for topic in getattr(self, "watching", ()):
+                await self.channel_layer.group_discard(console_group(topic), self.channel_name)
+        except Exception as error:  # Redis down: the memberships expire on their own
+            if not outages.is_outage(error):
+                raise
+            logger.warning("could not leave a console's groups as it closed", exc_info=True)
 
     async def receive_json(self, content, **kwargs) -> None:
+        """Answer a frame; with Redis down, close with 1013 (try again later) rather
+        than fail with 1011: the page reconnects and watches its topics again."""
+        try:
+            await self._answer(content)
+        except Exception as error:
+            if not outages.is_outage(error):
+                raise
+            logger.warning("a console's socket closed: Redis is down", exc_info=True)
+            await self.close(code=CLOSE_TRY_AGAIN_LATER)
+
+    async def _answer(self, content) -> None:
         kind = content.get("type") if isinstance(content, dict) else None
         if kind == "watch":
             await self._watch(content.get("topics"))

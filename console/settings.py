@@ -343,7 +343,7 @@ OPERATOR_TOKEN_DAYS = env_int("OPERATOR_TOKEN_DAYS", 90, minimum=1)
 # Agents (broker/consumers.py) must log in this soon after connecting.
 AGENT_LOGIN_TIMEOUT_S = env_int("AGENT_LOGIN_TIMEOUT_S", 10, minimum=1)
 # Connections a web process lets wait to log in at once; beyond, a new one is told to
-# try again in a few seconds (4503, `busy`) rather than wait until its login times out:
+# try again in a few seconds (503, `busy`) rather than wait until its login times out:
 # a fleet coming back after an outage is spread out instead of stampeding.
 AGENT_LOGINS_AT_ONCE = env_int("AGENT_LOGINS_AT_ONCE", 500, minimum=1)
 # Agents confirm what they have at least this often when idle (their heartbeat). Each
@@ -376,7 +376,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # A Redis outage is one warning line per process, not a traceback per failure.
+    "filters": {"outages": {"()": "broker.push.outages.one_line_per_outage"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["outages"]}
+    },
     "root": {"handlers": ["console"], "level": env_choice("LOG_LEVEL", "INFO", LOG_LEVELS)},
     # django-axes logs every failed login at INFO; the audit log records each already.
     "loggers": {"axes": {"level": "WARNING"}},

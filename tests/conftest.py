@@ -39,6 +39,7 @@ FULL_TIER = {
     "serve_console": "server",
     "console_run": "server",
     "celery_worker": "worker",
+    "spawn_worker": "worker",
     "reports_worker": "spark",
     "spark": "spark",
 }
@@ -97,10 +98,11 @@ def wait_for_http(url: str, process: subprocess.Popen) -> None:
 
 
 @contextmanager
-def console_serving(env: dict[str, str] | None = None) -> Iterator[str]:
+def console_serving(env: dict[str, str] | None = None, *, output=None) -> Iterator[str]:
     """A real web process serving the console (HTTP and WebSocket), started as the
     launcher starts one (its listening socket made here), on a free port, with `env`
-    added to its environment; yields its base URL."""
+    added to its environment (and its output written to the file `output`, if given);
+    yields its base URL."""
     listener = listening_socket("127.0.0.1", 0)
     port = listener.getsockname()[1]
     environment = {**environment_for_test_database(), **(env or {})}
@@ -111,6 +113,8 @@ def console_serving(env: dict[str, str] | None = None) -> Iterator[str]:
         cwd=ROOT,
         pass_fds=(listener.fileno(),),
         preexec_fn=die_with_parent,
+        stdout=output,
+        stderr=output,
     )
     listener.close()  # the server holds its own copy
     base_url = f"http://127.0.0.1:{port}"
@@ -172,6 +176,13 @@ def celery_worker(django_db_setup, django_db_blocker) -> WorkerProcess:
 
 
 @pytest.fixture(scope="session")
+def spawn_worker():
+    """`start_worker`, for a test that needs a worker of its own (with settings of its
+    own): `process = spawn_worker("name", env={...})`; the test stops it."""
+    return start_worker
+
+
+@pytest.fixture(scope="session")
 def reports_dataset(tmp_path_factory) -> Path:
     """The Parquet dataset folder of the session's reports worker (a test that exports
     from its own process must point REPORTS_DATASET here too)."""
@@ -212,10 +223,11 @@ def worker_queues() -> str:
 
 
 def start_worker(
-    name: str, *, concurrency: int = 2, env: dict[str, str] | None = None
+    name: str, *, concurrency: int = 2, env: dict[str, str] | None = None, output=None
 ) -> subprocess.Popen:
     """Start a real Celery worker process serving the whole tree on the test database
-    (with `env` added to its environment)."""
+    (with `env` added to its environment, its output written to the file `output` if
+    given)."""
     argv = [
         str(BIN / "celery"), "-A", "console", "worker", "--loglevel", "WARNING",
         "--concurrency", str(concurrency), "--without-gossip", "--without-mingle",
@@ -229,6 +241,8 @@ def start_worker(
         cwd=ROOT,
         start_new_session=True,
         preexec_fn=die_with_parent,
+        stdout=output,
+        stderr=output,
     )
 
 

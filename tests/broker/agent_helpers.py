@@ -11,7 +11,9 @@ import threading
 import time
 from urllib.parse import urlsplit
 
+import pytest
 from websockets.client import ClientProtocol
+from websockets.exceptions import ConnectionClosed
 from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
@@ -34,6 +36,14 @@ def wait_for(condition, what: str, timeout_s: float = 30.0) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting until {what}")
+
+
+def close_code(ws) -> int:
+    """The code the server closes a (sync client's) socket with, frames before it read."""
+    with pytest.raises(ConnectionClosed) as closed:
+        while True:
+            ws.recv(timeout=10)
+    return closed.value.rcvd.code
 
 
 class RawAgentSocket:

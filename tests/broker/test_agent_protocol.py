@@ -24,7 +24,7 @@ from broker.push.to_agents import client_group
 from broker.services.clients import issue_token, revoke_tokens
 from broker.services.signing_keys import set_signing_key
 from launcher.supervisor import WEB_MAX_MESSAGE_BYTES
-from tests.broker.agent_helpers import ISSUER, agent_url, wait_for
+from tests.broker.agent_helpers import ISSUER, agent_url, close_code, wait_for
 from tests.broker.failing_database import inserts_refused
 from tests.broker.tree_helpers import wait_until_idle
 
@@ -43,13 +43,6 @@ def logged_in(ws, token: str) -> dict:
     welcome, replayed = frames(ws, 2)
     assert welcome["type"] == "welcome" and replayed["type"] == "replayed"
     return welcome
-
-
-def close_code(ws) -> int:
-    with pytest.raises(ConnectionClosed) as closed:
-        while True:
-            ws.recv(timeout=10)
-    return closed.value.rcvd.code
 
 
 # Logging in ----------------------------------------------------------------------------

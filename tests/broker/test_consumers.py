@@ -63,7 +63,7 @@ def test_where_the_server_cannot_refuse_a_handshake_a_busy_process_says_so_and_c
 
     frame, close = asyncio.run(refused())
     assert frame["code"] == "busy" and frame["retry_after_s"] >= 1.0
-    assert close == {"type": "websocket.close", "code": protocol.CLOSE_TRY_AGAIN_LATER}
+    assert close == {"type": "websocket.close", "code": protocol.CLOSE_BUSY}
 
 
 class DenyingServer:

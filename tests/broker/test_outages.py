@@ -1,0 +1,104 @@
+"""A Redis outage told once per process (broker.push.outages), and everything else
+logged as it was."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from kombu.exceptions import OperationalError
+from redis.exceptions import BusyLoadingError
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from broker.push import outages
+from broker.push.outages import OneLinePerOutage, is_outage
+
+REFUSED = "Error 111 connecting to /var/redis.sock. Connection refused."
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(outages.time, "monotonic", clock)
+    return clock
+
+
+def record(error: BaseException | None, message: str = "it failed", *, name: str = "broker"):
+    exc_info = (type(error), error, error.__traceback__) if error is not None else None
+    return logging.LogRecord(name, logging.ERROR, __file__, 1, message, (), exc_info)
+
+
+def raised_from(cause: BaseException) -> RuntimeError:
+    try:
+        try:
+            raise cause
+        except BaseException as error:
+            raise RuntimeError("on_commit failed") from error
+    except RuntimeError as outer:
+        return outer
+
+
+def test_redis_unreachable_is_an_outage_even_when_wrapped_but_other_failures_are_not():
+    assert is_outage(RedisConnectionError(REFUSED))
+    assert is_outage(BusyLoadingError("Redis is loading the dataset in memory"))
+    assert is_outage(OperationalError(REFUSED))  # kombu's, for Celery
+    assert is_outage(raised_from(RedisConnectionError(REFUSED)))
+    assert not is_outage(ConnectionRefusedError(111, "refused"))  # PostgreSQL's, say
+    assert not is_outage(raised_from(ValueError("a bug")))
+    assert not is_outage(None)
+
+
+def test_the_first_failure_of_an_outage_is_one_warning_line_and_the_rest_are_dropped(clock):
+    tell = OneLinePerOutage()
+    first = record(raised_from(RedisConnectionError(REFUSED)), "Error calling lambda")
+    assert tell.filter(first)
+    assert first.levelno == logging.WARNING and first.exc_info is None
+    assert first.getMessage().startswith(f"Redis cannot be reached ({REFUSED})")
+    clock.now += 5
+    assert not tell.filter(record(RedisConnectionError(REFUSED)))
+    retrying = record(None, "consumer: Cannot connect to redis://cache:6379//", name="celery")
+    assert not tell.filter(retrying)
+
+
+def test_a_failure_that_is_not_an_outage_keeps_its_traceback_during_one(clock):
+    tell = OneLinePerOutage()
+    assert tell.filter(record(RedisConnectionError(REFUSED)))
+    bug = record(ValueError("a bug"))
+    assert tell.filter(bug)
+    assert bug.exc_info is not None and bug.levelno == logging.ERROR
+
+
+def test_a_long_outage_is_told_again_every_few_minutes_and_a_new_one_after_a_quiet_minute(
+    clock,
+):
+    tell = OneLinePerOutage()
+    assert tell.filter(record(RedisConnectionError(REFUSED)))
+    for _ in range(int(OneLinePerOutage.REMIND_S // 10) - 1):
+        clock.now += 10
+        assert not tell.filter(record(RedisConnectionError(REFUSED)))
+    clock.now += 10
+    reminder = record(RedisConnectionError(REFUSED))
+    assert tell.filter(reminder)
+    assert reminder.getMessage().startswith("Redis still cannot be reached after 300 s")
+    clock.now += OneLinePerOutage.QUIET_S  # a minute without a failure: over
+    again = record(RedisConnectionError(REFUSED))
+    assert tell.filter(again)
+    assert again.getMessage().startswith("Redis cannot be reached")
+
+
+def test_celerys_reconnection_messages_are_the_outage_too_but_not_other_celery_lines(clock):
+    tell = OneLinePerOutage()
+    retrying = record(None, "consumer: Cannot connect to %s: %s.", name="celery.worker.consumer")
+    retrying.args = ("redis+socket:///var/redis.sock", REFUSED)
+    assert tell.filter(retrying)
+    assert retrying.getMessage().startswith("Redis cannot be reached (consumer: Cannot connect")
+    other = record(None, "celery@host ready.", name="celery.apps.worker")
+    assert tell.filter(other) and other.getMessage() == "celery@host ready."
