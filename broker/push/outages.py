@@ -22,8 +22,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 # What Redis being down (refusing, resetting, still loading its data) raises: redis-py's
 # own errors, and kombu's wrapping of them for Celery.
 OUTAGE_ERRORS = (RedisConnectionError, RedisTimeoutError, BrokerConnectionError)
-# Celery's consumer logs its reconnection attempts without an exception.
-CELERY_RECONNECTING = ("Cannot connect to redis", "Connection to broker lost")
+# What Celery logs of an outage without an exception: its consumer's and beat's
+# reconnection attempts, and each task it ends because it can no longer acknowledge it
+# (the task is delivered again: CELERY_TASK_ACKS_LATE).
+CELERY_OUTAGE_LINES = (
+    "Cannot connect to redis",
+    "Connection to broker lost",
+    "beat: Connection error",
+    "cannot be acknowledged after a connection loss",
+)
 
 
 def is_outage(error: BaseException | None) -> bool:
@@ -61,7 +68,7 @@ class OneLinePerOutage(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if not is_outage(error) and not _celery_reconnecting(record):
+        if not is_outage(error) and not _celery_tells_an_outage(record):
             return True
         with self._lock:
             now = time.monotonic()
@@ -79,11 +86,11 @@ class OneLinePerOutage(logging.Filter):
         return told is not None
 
 
-def _celery_reconnecting(record: logging.LogRecord) -> bool:
+def _celery_tells_an_outage(record: logging.LogRecord) -> bool:
     if not record.name.startswith("celery"):
         return False
     message = record.getMessage()
-    return any(phrase in message for phrase in CELERY_RECONNECTING)
+    return any(phrase in message for phrase in CELERY_OUTAGE_LINES)
 
 
 def _as_one_line(record: logging.LogRecord, told: str, error: BaseException | None) -> None:

@@ -100,5 +100,9 @@ def test_celerys_reconnection_messages_are_the_outage_too_but_not_other_celery_l
     retrying.args = ("redis+socket:///var/redis.sock", REFUSED)
     assert tell.filter(retrying)
     assert retrying.getMessage().startswith("Redis cannot be reached (consumer: Cannot connect")
+    ended = "Task t[1] cannot be acknowledged after a connection loss since late ..."
+    assert not tell.filter(record(None, ended, name="celery.worker.consumer"))
+    beat = record(None, "beat: Connection error: refused. Trying again", name="celery.beat")
+    assert not tell.filter(beat)
     other = record(None, "celery@host ready.", name="celery.apps.worker")
     assert tell.filter(other) and other.getMessage() == "celery@host ready."
