@@ -5,6 +5,7 @@ a message naming the variable (see console.env). The launcher (`./run`, `./test`
 DATABASE_URL and REDIS_URL to private embedded servers when they are not given.
 """
 
+import os
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -372,6 +373,18 @@ if AGENT_HEARTBEAT_S >= 2 * PRESENCE_REFRESH_S:
 HEALTH_CHECK_TIMEOUT_S = env_int("HEALTH_CHECK_TIMEOUT_S", 3, minimum=1)
 
 LOG_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})
+# /metrics (console/metrics.py): with PROMETHEUS_MULTIPROC_DIR, prometheus-client's
+# multiprocess mode (every process of the host writes its figures there, `./run` sets
+# it); it must be a folder this process can write, or nothing would be measured.
+PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", "")
+if PROMETHEUS_MULTIPROC_DIR and not (
+    Path(PROMETHEUS_MULTIPROC_DIR).is_dir() and os.access(PROMETHEUS_MULTIPROC_DIR, os.W_OK)
+):
+    raise ConfigurationError(
+        f"PROMETHEUS_MULTIPROC_DIR must be a folder this process can write, "
+        f"got {PROMETHEUS_MULTIPROC_DIR!r}."
+    )
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

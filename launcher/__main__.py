@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -36,6 +37,15 @@ def persistent_secret_key(data_dir: Path) -> str:
         path.write_text(secrets.token_urlsafe(50))
         path.chmod(0o600)
     return path.read_text().strip()
+
+
+def fresh_metrics_dir(data_dir: Path) -> Path:
+    """The folder where this run's processes write their /metrics figures
+    (prometheus-client's multiprocess mode), emptied: a run's figures start at zero."""
+    folder = data_dir / "metrics"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
 
 
 def manage(env: dict[str, str], *args: str, capture: bool = False) -> str:
@@ -176,6 +186,7 @@ def command_run(args: argparse.Namespace) -> int:
     # The children's lines reach the launcher as they are written, not when a buffer
     # fills, nor never if a child is killed.
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(fresh_metrics_dir(data_dir)))
     services = PrivateServers(data_dir)
     supervisor = Supervisor()
     supervisor.install_signal_handlers()

@@ -176,3 +176,10 @@ def export_batches(run: ReportRun, name: str, *, size: int = EXPORT_BATCH) -> It
             return
         last = batch[-1][0]
         yield [data for _, data in batch]
+
+
+def finished_run_seconds() -> list[tuple[str, str, float]]:
+    """(kind, state, seconds from start to finish) of every run that finished."""
+    finished = ReportRun.objects.filter(started_at__isnull=False, finished_at__isnull=False)
+    rows = finished.values_list("kind", "state", "started_at", "finished_at")
+    return [(kind, state, (end - start).total_seconds()) for kind, state, start, end in rows]

@@ -25,6 +25,7 @@ from collections import defaultdict
 
 from django.conf import settings
 from django.db import close_old_connections, connection, connections
+from prometheus_client import Histogram
 
 from broker.dispatch import state as dispatch_state
 from broker.dispatch import steps, traffic, transport
@@ -41,6 +42,13 @@ CLAIM_EVERY_S = 2.0
 FORGET_GONE_EVERY_S = 600.0
 FLUSH_EVERY_S = 0.5
 BACKOFF_S = 1.0
+# From a hop's arrival in its dispatcher's stream to its routing done (/metrics).
+HOP_SECONDS = Histogram(
+    "sn_hop_seconds",
+    "Seconds from a hop's arrival at a dispatcher's stream to its routing, by tree level",
+    ["level"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
 
 
 _numbers = itertools.count(1)
@@ -90,6 +98,7 @@ class HopConsumer:
         transport.acknowledge(entries, pipeline)
         _count(pipeline, hops, len(rows), statements.count)
         pipeline.execute()
+        _observe_hop_ages(entries)
         if rows:
             to_consoles.tree_changed()
         return len(rows)
@@ -150,6 +159,17 @@ def _routed(hops: list[RouteHop]) -> list[tuple]:
     return steps.route(
         first.dispatcher_id, events, direction=first.direction, came_from=first.came_from
     )
+
+
+def _observe_hop_ages(entries: list[Entry]) -> None:
+    """Each routed hop's time since it arrived: a stream entry's id starts with the
+    Redis server's clock, in milliseconds, at its arrival."""
+    now_ms = time.time() * 1000
+    for entry in entries:
+        if entry.hop is not None:
+            arrived_ms = int(entry.entry_id.split(b"-", 1)[0])
+            level = entry.stream.count(".") - 1  # sn-tree:hops:dispatcher.d0 is level 0
+            HOP_SECONDS.labels(level=str(level)).observe(max(0.0, now_ms - arrived_ms) / 1000)
 
 
 def _by_dispatcher(entries: list[Entry]) -> list[list[Entry]]:

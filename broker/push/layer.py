@@ -46,6 +46,7 @@ import redis
 from channels_redis.core import RedisChannelLayer
 from channels_redis.serializers import MsgPackSerializer
 from django.core.exceptions import ImproperlyConfigured
+from prometheus_client import Histogram
 from redis.asyncio import BlockingConnectionPool
 from redis.commands.core import Script
 from redis.driver_info import DriverInfo
@@ -55,6 +56,14 @@ POOL_WAIT_S = 30
 # every new connection unless it is given: a burst of logins opens many.
 DRIVER_INFO = DriverInfo()
 logger = logging.getLogger(__name__)
+# A many-receiver push's message says when it was sent: each web process observes, once
+# the push is written to its sockets, how long that took from the leaf (/metrics).
+SENT_AT = "sent_at"
+PUSH_SECONDS = Histogram(
+    "sn_push_seconds",
+    "Seconds from a leaf's push to its frames written to a web process's agent sockets",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
 
 # How often a process checks that Redis still knows its channels' groups (at most this
 # long after a restart, pushes to them go nowhere; the agents' confirmations then show
@@ -77,16 +86,18 @@ READ_FAILED_SAID_EVERY_S = 60.0
 # the key's expired messages, add it unless the key is at capacity. Returns how many
 # were over capacity.
 # The message is what channels_redis' msgpack serializer makes of
-#   {"type": ..., "groups": {group: payload, ...}, "__asgi_channel__": [channel, ...]}
+#   {"type": ..., "sent_at": ..., "groups": {group: payload, ...},
+#    "__asgi_channel__": [channel, ...]}
 # behind its 12-byte random prefix (8 random bytes from the caller and a counter, so
 # that equal messages stay distinct members of the key's sorted set). The caller packs
-# the "type" pair (ARGV[8]) and every group's name and payload, one after the other in
-# KEYS' order (ARGV[9], with where each group's pair ends in ARGV[10]); the script only
+# the "type" and "sent_at" pairs (ARGV[8]) and every group's name and payload, one
+# after the other in KEYS' order (ARGV[9], with where each group's pair ends in
+# ARGV[10]); the script only
 # joins packed parts, since Lua cannot tell a Python payload's types. One argument for
 # all the pairs, not two per group: redis-py packs each argument in Python.
 PUSH_LUA = """
 local oldest_member, prefix, now, expiry = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local oldest_message, capacity, random, type_pair = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
+local oldest_message, capacity, random, head_pairs = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
 
 local function sized(n, small, fix, h8, h16, h32)
     if n < small then return string.char(fix + n) end
@@ -121,7 +132,7 @@ end
 local over_capacity = 0
 for n, key in ipairs(keys) do
     local message = messages[key]
-    local value = random .. struct.pack('>I4', n) .. '\\131' .. type_pair
+    local value = random .. struct.pack('>I4', n) .. '\\132' .. head_pairs
         .. packed_str('groups') .. sized(#message.groups, 16, 0x80, nil, 0xde, 0xdf)
         .. table.concat(message.groups)
         .. packed_str('__asgi_channel__') .. sized(#message.channels, 16, 0x90, nil, 0xdc, 0xdd)
@@ -231,7 +242,9 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
         args: list[Any] = [
             int(now) - self.group_expiry, self.prefix, now, self.expiry,
             int(now) - int(self.expiry), self.capacity, secrets.token_bytes(8),
-            msgpack.packb("type") + msgpack.packb(message_type),
+            # The message's first two pairs: its type, and when it was sent (/metrics).
+            msgpack.packb("type") + msgpack.packb(message_type)
+            + msgpack.packb(SENT_AT) + msgpack.packb(now),
             pairs_packed, msgpack.packb(pair_ends),
         ]  # fmt: skip
         keys = [self._group_key(group) for group in groups]
@@ -404,3 +417,5 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
                     await handler(message)
                 except Exception:
                     logger.warning("a local delivery failed", exc_info=True)
+            if SENT_AT in message:
+                PUSH_SECONDS.observe(max(0.0, time.time() - message[SENT_AT]))

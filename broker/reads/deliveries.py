@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.db.models import Count
 from django.utils import timezone
 
 from broker.models import (
@@ -96,3 +97,12 @@ def delivery_states(client: Client, events: Iterable[Event]) -> dict:
     """{event id: state of its delivery to `client`} for those of `events` it got."""
     rows = Delivery.objects.filter(receiver=client, event__in=[e.pk for e in events])
     return dict(rows.values_list("event_id", "state"))
+
+
+def counts_by_state() -> dict[str, int]:
+    """Every delivery counted by state (every state present, 0 when none): a scan of
+    the whole table, for /metrics, which caches it."""
+    counts = dict.fromkeys(Delivery.State.values, 0)
+    for state, count in Delivery.objects.values_list("state").annotate(n=Count("id")):
+        counts[state] = count
+    return counts

@@ -96,3 +96,8 @@ def last_seen_q(bucket: str, now: datetime, *, via: str = "") -> Q:
     raise InvalidInput(
         f"last seen must be one of: {', '.join(LAST_SEEN_BUCKETS)}", field="last_seen"
     )
+
+
+def connected_count(now: datetime) -> int:
+    """How many clients count as connected (`is_connected`) at `now`."""
+    return AgentPresence.objects.filter(connected_q(now)).count()

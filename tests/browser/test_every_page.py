@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audi
 SERVER = "web-00000"
 # Console URLs that are not pages: form posts, fragments and downloads.
 NOT_PAGES = {
-    "health-json", "fleet-bulk", "client-tokens", "client-sending", "client-why",
+    "health-json", "metrics", "fleet-bulk", "client-tokens", "client-sending", "client-why",
     "event-why-lookup", "policy-check", "policy-preview", "policy-save", "trust-preview",
     "trust-apply", "authority-manage", "send-preview", "send-go", "event-resend",
     "audit-export", "report-run", "report-csv", "lockout-lift", "logout", "login",

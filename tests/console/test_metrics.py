@@ -1,0 +1,105 @@
+"""`/metrics`: Prometheus' text format for holders of an operator API token whose role
+may read the fleet, with the service's figures read as it is scraped."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.cache import cache
+from django.utils import timezone
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.api import token_failures_key
+from broker.audit import Actor
+from broker.dispatch import consumer
+from broker.dispatch.transport import Entry, RouteHop
+from broker.services.operators import issue_operator_token
+from console.metrics import DELIVERY_COUNTS_KEY
+from reports.models import ReportRun
+from tests.cast import AUDITOR, Member, create_member
+
+pytestmark = pytest.mark.django_db(databases=["default", "audit"])
+
+ISSUER = Actor("test", "metrics")
+PROMETHEUS = "192.0.2.7"
+
+
+@pytest.fixture(autouse=True)
+def fresh_counts():
+    cache.delete(DELIVERY_COUNTS_KEY)
+    yield
+    cache.delete(token_failures_key(PROMETHEUS))
+
+
+def scrape(client, token: str | None):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
+    return client.get("/metrics", REMOTE_ADDR=PROMETHEUS, **headers)
+
+
+def samples(response) -> dict[tuple[str, tuple], float]:
+    return samples_of(response.content.decode())
+
+
+def samples_of(text: str) -> dict[tuple[str, tuple], float]:
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def test_without_a_valid_token_metrics_are_refused_401_with_a_bearer_challenge(client):
+    for token in (None, "sno_not-a-token", "snt_a-client-token"):
+        refused = scrape(client, token)
+        assert refused.status_code == 401
+        assert refused["WWW-Authenticate"] == 'Bearer realm="metrics"'
+        assert "sn_" not in refused.content.decode()
+
+
+def test_an_operator_whose_role_may_not_read_the_fleet_is_refused_403(client):
+    nobody = create_member(Member("nora", "nora-has-no-role-42", role=""))
+    refused = scrape(client, issue_operator_token(user=nobody, label="x", actor=ISSUER))
+    assert refused.status_code == 403
+
+
+def finished_run(kind: str, seconds: float) -> None:
+    started = timezone.now() - timedelta(hours=1)
+    ReportRun.objects.create(
+        kind=kind, window_start=started - timedelta(days=1), window_end=started,
+        requested_by="test", state=ReportRun.State.DONE, started_at=started,
+        finished_at=started + timedelta(seconds=seconds),
+    )  # fmt: skip
+
+
+def test_an_auditors_token_reads_deliveries_agents_dispatchers_and_report_runs(client):
+    finished_run("reach", 12.0)
+    finished_run("reach", 40.0)
+    auditor = create_member(AUDITOR)
+    response = scrape(client, issue_operator_token(user=auditor, label="prometheus", actor=ISSUER))
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=")
+    found = samples(response)
+    for state in ("pending", "delivered", "acked", "failed", "expired"):
+        assert found[("sn_deliveries", (("state", state),))] == 0
+    assert found[("sn_agents_connected", ())] == 0
+    assert found[("sn_dispatcher_hops_waiting", (("dispatcher", "dispatcher.d0"),))] >= 0
+    assert ("sn_hops_set_aside", ()) in found
+    reach = (("kind", "reach"), ("state", "done"))
+    assert found[("sn_report_run_seconds_count", reach)] == 2
+    assert found[("sn_report_run_seconds_sum", reach)] == 52.0
+    assert found[("sn_report_run_seconds_bucket", tuple(sorted((*reach, ("le", "20.0")))))] == 1
+
+
+def test_a_routed_hop_is_timed_from_its_arrival_in_the_stream(monkeypatch):
+    monkeypatch.setattr(consumer.time, "time", lambda: 1_800_000_000.25)
+    hop = RouteHop(dispatcher_id=3, events=[], direction="down")
+    leaf = Entry("sn-tree:hops:dispatcher.d0.1.0", b"1800000000000-0", hop)
+    before = hop_seconds_sum()
+    consumer._observe_hop_ages([leaf, Entry(leaf.stream, b"1800000000000-1", None)])
+    assert hop_seconds_sum() - before == pytest.approx(0.25)
+
+
+def hop_seconds_sum() -> float:
+    return REGISTRY.get_sample_value("sn_hop_seconds_sum", {"level": "2"}) or 0.0
