@@ -13,6 +13,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
+from console.processes import Role, announce_forever  # noqa: E402
 from console.routing import agent_urlpatterns, websocket_urlpatterns  # noqa: E402
 from console.runtime import (  # noqa: E402
     skip_autobahn_debug_formatting,
@@ -40,5 +41,6 @@ application = ProtocolTypeRouter(
 )
 
 skip_autobahn_debug_formatting()
+announce_forever(Role.WEB)  # on the health page, with its host and pid
 # Last: everything built so far lives as long as the process.
 tune_garbage_collector()

@@ -5,6 +5,7 @@ import threading
 
 from celery import Celery
 from celery.signals import (
+    beat_init,
     task_prerun,
     worker_process_init,
     worker_process_shutdown,
@@ -67,6 +68,30 @@ def route_hops_in_a_single_process_worker(sender=None, **_) -> None:
 
     tune_garbage_collector()
     start_consumer(_consumed_queues())
+
+
+@worker_ready.connect
+def announce_the_worker(sender=None, **_) -> None:
+    """On the health page: the reports worker with its Spark master, a tree worker with
+    the dispatchers whose queues it consumes."""
+    from django.conf import settings
+
+    from console.processes import Role, announce_forever
+
+    queues = _consumed_queues()
+    if settings.REPORTS_QUEUE in queues:
+        announce_forever(Role.REPORTS_WORKER, serves=[settings.SPARK_MASTER])
+        return
+    dispatchers = sorted(queue for queue in queues if queue.startswith("dispatcher."))
+    announce_forever(Role.TREE_WORKER, serves=dispatchers)
+
+
+@beat_init.connect
+def announce_the_beat(**_) -> None:
+    """On the health page, where two beats (each schedule run twice) are told."""
+    from console.processes import Role, announce_forever
+
+    announce_forever(Role.BEAT)
 
 
 @worker_process_shutdown.connect

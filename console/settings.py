@@ -7,6 +7,7 @@ DATABASE_URL and REDIS_URL to private embedded servers when they are not given.
 
 import os
 import re
+import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -373,6 +374,10 @@ if AGENT_HEARTBEAT_S >= 2 * PRESENCE_REFRESH_S:
 HEALTH_CHECK_TIMEOUT_S = env_int("HEALTH_CHECK_TIMEOUT_S", 3, minimum=1)
 
 LOG_LEVELS = frozenset({"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"})
+# The name this host's processes give on the health page (console/processes.py): the
+# machine's name unless set (a container's is often meaningless).
+HOST_NAME = env_str("HOST_NAME", socket.gethostname()) or socket.gethostname()
+
 # /metrics (console/metrics.py): with PROMETHEUS_MULTIPROC_DIR, prometheus-client's
 # multiprocess mode (every process of the host writes its figures there, `./run` sets
 # it); it must be a folder this process can write, or nothing would be measured.

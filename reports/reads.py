@@ -183,3 +183,8 @@ def finished_run_seconds() -> list[tuple[str, str, float]]:
     finished = ReportRun.objects.filter(started_at__isnull=False, finished_at__isnull=False)
     rows = finished.values_list("kind", "state", "started_at", "finished_at")
     return [(kind, state, (end - start).total_seconds()) for kind, state, start, end in rows]
+
+
+def running_run() -> ReportRun | None:
+    """The run the reports worker is on (runs go one at a time), if any."""
+    return ReportRun.objects.filter(state=ReportRun.State.RUNNING).order_by("-started_at").first()

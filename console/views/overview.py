@@ -8,7 +8,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from console import health
+from console import health, processes
 
 
 @require_GET
@@ -38,8 +38,20 @@ def health_page(request: HttpRequest) -> HttpResponse:
 def _health_checks(request: HttpRequest, *, status: int = 200) -> HttpResponse:
     # htmx swaps only successful answers, hence 200 for it even when checks fail.
     checks = health.run_all_checks()
-    context = {"checks": checks, "all_ok": all(check.ok for check in checks)}
+    context = {
+        "checks": checks,
+        "all_ok": all(check.ok for check in checks),
+        "processes": _processes_unless_database_down(),
+        "late_after_s": processes.LATE_AFTER_S,
+    }
     return render(request, "console/health.html#checks", context, status=status)
+
+
+def _processes_unless_database_down() -> processes.Processes:
+    try:
+        return processes.processes_now()
+    except DatabaseError:  # the reports worker's run is read from the database
+        return processes.Processes({}, 0, unknown="the database cannot be reached")
 
 
 @require_GET
@@ -48,5 +60,9 @@ def health_json(request: HttpRequest) -> JsonResponse:
     """Machine-readable health for monitors: 200 when every check passes, else 503."""
     checks = health.run_all_checks()
     all_ok = all(check.ok for check in checks)
-    payload = {"ok": all_ok, "checks": [check.as_dict() for check in checks]}
+    payload = {
+        "ok": all_ok,
+        "checks": [check.as_dict() for check in checks],
+        "processes": _processes_unless_database_down().as_list(),
+    }
     return JsonResponse(payload, status=200 if all_ok else 503)

@@ -19,6 +19,10 @@ def test_operator_logs_in_and_sees_every_health_check_turn_green(
     rows = page.locator("table.checks tbody tr.ok")
     expect(rows).to_have_count(4)
     expect(page.locator("tr[data-check='celery worker']")).to_contain_text("OK")
+    # The suite's tree worker and web process announce themselves within a beat.
+    tree_worker = page.locator("table.processes tr[data-process*='/tree worker/']")
+    expect(tree_worker.first).to_contain_text("dispatcher.d0", timeout=15_000)
+    expect(page.locator("table.processes tr[data-process*='/web/']").first).to_be_visible()
     shot(page, "health-page")
 
 

@@ -61,7 +61,7 @@ def test_htmx_request_gets_only_the_checks_fragment(client, operator, celery_wor
     assert response.status_code == 200
     assert "<html" not in body
     assert 'data-health-state="ok"' in body
-    assert body.count('class="ok"') == 4
+    assert body.count('class="ok" data-check=') == 4
 
 
 def test_full_health_page_starts_pending_and_asks_htmx_for_the_checks(client, operator):
