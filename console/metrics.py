@@ -4,7 +4,7 @@ Two kinds of figure:
 
 - Read when scraped, from PostgreSQL and Redis, so that every web process on every
   host gives the same: deliveries by state, connected agents, hops waiting at each
-  dispatcher, report runs and their durations.
+  dispatcher, report runs and their durations, the live processes by host and role.
 - Measured inside the processes: each push's latency in the web processes
   (`sn_push_seconds`, broker.push.layer), each hop's in the tree workers
   (`sn_hop_seconds`, broker.dispatch.consumer). Under `./run` every process of the host
@@ -16,6 +16,8 @@ Two kinds of figure:
 from __future__ import annotations
 
 import os
+import time
+from collections import Counter
 from collections.abc import Iterator
 
 from django.conf import settings
@@ -24,12 +26,14 @@ from django.utils import timezone
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
+from redis.exceptions import RedisError
 
 from broker.dispatch import transport
 from broker.dispatch.queues import dispatcher_queues
 from broker.push import outages
 from broker.reads.deliveries import counts_by_state
 from broker.reads.presence import connected_count
+from console.processes import LATE_AFTER_S, announced
 from reports.reads import finished_run_seconds
 
 # Counting every delivery scans the table: once a minute at most, whoever scrapes.
@@ -61,6 +65,7 @@ class ServiceCollector:
         yield _connected_agents()
         yield from _dispatcher_backlog()
         yield from _report_runs()
+        yield from _live_processes()
 
 
 def _deliveries_by_state() -> Metric:
@@ -112,6 +117,26 @@ def _dispatcher_backlog() -> Iterator[Metric]:
     aside = GaugeMetricFamily("sn_hops_set_aside", "Hops set aside after failing repeatedly")
     aside.add_metric([], set_aside)
     yield aside
+
+
+def _live_processes() -> Iterator[Metric]:
+    """The processes that announce themselves and are not late, by host and role (a
+    monitor alerts on no tree worker, or on a number of beats other than one); nothing
+    while Redis is down."""
+    try:
+        found = announced()
+    except RedisError:
+        return
+    now, counts = time.time(), Counter()
+    for announcement in found:
+        if announcement.age_s(now) <= LATE_AFTER_S:
+            counts[(announcement.host, announcement.role)] += 1
+    family = GaugeMetricFamily(
+        "sn_processes", "The console's live processes by host and role", labels=["host", "role"]
+    )
+    for (host, role), count in sorted(counts.items()):
+        family.add_metric([host, role], count)
+    yield family
 
 
 def _report_runs() -> Iterator[Metric]:

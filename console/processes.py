@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from redis.exceptions import RedisError
@@ -166,14 +166,6 @@ class Processes:
     by_host: dict[str, list[ProcessRow]]
     beats: int
     unknown: str = ""  # why the list could not be read
-
-    def as_list(self) -> list[dict]:
-        """For /healthz.json: one object per process, with its host."""
-        return [
-            {"host": host, **asdict(row), "beat_age_s": round(row.beat_age_s, 1)}
-            for host, rows in self.by_host.items()
-            for row in rows
-        ]
 
 
 def processes_now() -> Processes:

@@ -17,6 +17,7 @@ from broker.dispatch import consumer
 from broker.dispatch.transport import Entry, RouteHop
 from broker.services.operators import issue_operator_token
 from console.metrics import DELIVERY_COUNTS_KEY
+from console.processes import Role, announce_once
 from reports.models import ReportRun
 from tests.cast import AUDITOR, Member, create_member
 
@@ -73,7 +74,9 @@ def finished_run(kind: str, seconds: float) -> None:
     )  # fmt: skip
 
 
-def test_an_auditors_token_reads_deliveries_agents_dispatchers_and_report_runs(client):
+def test_an_auditors_token_reads_deliveries_agents_dispatchers_and_report_runs(client, settings):
+    settings.HOST_NAME = "metrics-host"
+    announce_once(Role.BEAT)
     finished_run("reach", 12.0)
     finished_run("reach", 40.0)
     auditor = create_member(AUDITOR)
@@ -87,6 +90,7 @@ def test_an_auditors_token_reads_deliveries_agents_dispatchers_and_report_runs(c
     assert found[("sn_dispatcher_hops_waiting", (("dispatcher", "dispatcher.d0"),))] >= 0
     assert ("sn_hops_set_aside", ()) in found
     reach = (("kind", "reach"), ("state", "done"))
+    assert found[("sn_processes", (("host", "metrics-host"), ("role", "beat")))] >= 1
     assert found[("sn_report_run_seconds_count", reach)] == 2
     assert found[("sn_report_run_seconds_sum", reach)] == 52.0
     assert found[("sn_report_run_seconds_bucket", tuple(sorted((*reach, ("le", "20.0")))))] == 1
