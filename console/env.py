@@ -9,13 +9,21 @@ the settings module both use it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 POSTGRES_SCHEMES = frozenset({"postgres", "postgresql", "pgsql"})
 REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+# libpq connection parameters a DATABASE_URL may give in its query, passed on to psycopg
+# as they are: TLS above all (`?sslmode=verify-full&sslrootcert=/etc/ssl/pg-ca.pem`).
+POSTGRES_URL_OPTIONS = frozenset({
+    "sslmode", "sslrootcert", "sslcert", "sslkey", "sslcrl", "sslcrldir", "sslpassword",
+    "sslcompression", "sslsni", "channel_binding", "gssencmode", "require_auth",
+    "target_session_attrs", "application_name", "options", "keepalives",
+    "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+})  # fmt: skip
 
 
 class ConfigurationError(Exception):
@@ -88,6 +96,7 @@ class DatabaseConfig:
     password: str
     host: str
     port: str
+    options: dict[str, str] = field(default_factory=dict)  # libpq's, from the query
 
     def as_django(self, *, conn_max_age: int = 0) -> dict:
         """Return a Django DATABASES entry for psycopg 3."""
@@ -100,6 +109,7 @@ class DatabaseConfig:
             "PORT": self.port,
             "CONN_MAX_AGE": conn_max_age,
             "CONN_HEALTH_CHECKS": True,
+            "OPTIONS": dict(self.options),
         }
 
 
@@ -115,7 +125,13 @@ def parse_database_url(name: str, url: str) -> DatabaseConfig:
     if not database:
         raise ConfigurationError(f"{name} names no database (the path after the host).")
     query = parse_qs(parts.query)
-    host = query.get("host", [unquote(parts.hostname or "")])[0]
+    host = query.pop("host", [unquote(parts.hostname or "")])[0]
+    unknown = sorted(set(query) - POSTGRES_URL_OPTIONS)
+    if unknown:
+        raise ConfigurationError(
+            f"{name} has a query parameter libpq does not know here: {unknown[0]!r} "
+            f"(host, or one of: {', '.join(sorted(POSTGRES_URL_OPTIONS))})."
+        )
     try:
         port = str(parts.port or "")
     except ValueError:
@@ -126,6 +142,7 @@ def parse_database_url(name: str, url: str) -> DatabaseConfig:
         password=unquote(parts.password or ""),
         host=host,
         port=port,
+        options={key: values[-1] for key, values in query.items()},
     )
 
 

@@ -43,7 +43,7 @@ _database = parse_database_url("DATABASE_URL", env_str("DATABASE_URL")).as_djang
 # An unreachable server fails a request (or the health check) after this long instead of
 # hanging it. A restarted server costs each process one failed request at most: broken
 # connections are dropped before reuse (CONN_HEALTH_CHECKS, and console/celery.py).
-_database["OPTIONS"] = {"connect_timeout": env_int("DATABASE_CONNECT_TIMEOUT_S", 5, minimum=1)}
+_database["OPTIONS"]["connect_timeout"] = env_int("DATABASE_CONNECT_TIMEOUT_S", 5, minimum=1)
 # The hot statements (broker.prepared) are prepared on a connection's first run of them.
 # Off only behind a pooler in transaction mode that cannot keep prepared statements
 # (PgBouncer before 1.21): they then cost their planning at every run again.

@@ -62,9 +62,17 @@ def test_database_url_may_name_a_socket_directory():
     assert (config.host, config.name) == ("/run/pg", "console")
 
 
+def test_a_database_urls_tls_parameters_reach_psycopg():
+    url = "postgresql://sn@db.internal/sn?sslmode=verify-full&sslrootcert=/etc/ssl/pg-ca.pem"
+    entry = parse_database_url("DATABASE_URL", url).as_django()
+    assert entry["OPTIONS"] == {"sslmode": "verify-full", "sslrootcert": "/etc/ssl/pg-ca.pem"}
+    assert entry["HOST"] == "db.internal"
+
+
 @pytest.mark.parametrize(
     ("url", "message"),
     [
+        ("postgresql://db/sn?ssl_mode=require", "query parameter libpq does not know.*ssl_mode"),
         ("mysql://root@localhost/sn", "must be a PostgreSQL URL"),
         ("postgresql://localhost", "names no database"),
         ("postgresql://localhost:port/sn", "port that is not a number"),
