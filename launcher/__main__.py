@@ -72,29 +72,61 @@ def start_console(
     worker_concurrency: int,
     verbose: bool = False,
 ) -> socket.socket:
-    """`web_processes` web servers, a worker of `worker_concurrency` processes serving
-    the whole dispatcher tree, and the beat. Returns the web processes' listening
-    socket, which the caller keeps open."""
-    python_bin = Path(sys.executable).parent
-    # Several web processes accept from one listening socket: a push to a thousand
-    # agents is bound by one process's single thread, so it is split across cores. The
-    # launcher keeps its copy open (never accepting) to hand it to a restarted process.
+    """Every role on this machine: `web_processes` web servers, a tree worker of
+    `worker_concurrency` processes serving `queues` (the whole tree), the reports worker
+    and the beat. Returns the web processes' listening socket, which the caller keeps
+    open."""
+    listener = start_web(supervisor, env, host=host, port=port, processes=web_processes,
+                         verbose=verbose)  # fmt: skip
+    start_tree_worker(supervisor, env, queues=queues, concurrency=worker_concurrency,
+                      verbose=verbose)  # fmt: skip
+    supervisor.start("reports", reports_worker_argv(verbose=verbose), env)
+    start_beat(supervisor, env, data_dir=data_dir, verbose=verbose)
+    return listener
+
+
+def start_web(
+    supervisor: Supervisor, env: dict[str, str], *, host: str, port: int, processes: int,
+    verbose: bool = False,
+) -> socket.socket:  # fmt: skip
+    """`processes` web servers accepting from one listening socket on host:port: a push
+    to a thousand agents is bound by one process's single thread, so it is split across
+    cores. The launcher keeps its copy open (never accepting) to hand it to a restarted
+    process; the caller closes it when it stops."""
     listener = listening_socket(host, port)
     web_server = web_server_argv(listener, verbose=verbose)
-    for index in range(web_processes):
-        name = "web" if web_processes == 1 else f"web{index + 1}"
+    for index in range(processes):
+        name = "web" if processes == 1 else f"web{index + 1}"
         supervisor.start(name, web_server, env, pass_fds=(listener.fileno(),))
+    return listener
+
+
+def start_tree_worker(
+    supervisor: Supervisor, env: dict[str, str], *, queues: str, concurrency: int,
+    verbose: bool = False, name: str = "worker", node: str = "console@%h",
+) -> None:  # fmt: skip
+    """A Celery worker of `concurrency` processes serving `queues` (`manage.py
+    worker_queues`: the whole tree, or a subtree), each process routing their hops.
+    `node` is its Celery name, unique per host."""
+    python_bin = Path(sys.executable).parent
     supervisor.start(
-        "worker",
+        name,
         [
             str(python_bin / "celery"), "-A", "console", *([] if verbose else ["--quiet"]),
             "worker", "--loglevel", "INFO" if verbose else "WARNING",
-            "--concurrency", str(worker_concurrency), "--without-gossip",
-            "--without-mingle", "--hostname", "console@%h", "--queues", queues,
+            "--concurrency", str(concurrency), "--without-gossip",
+            "--without-mingle", "--hostname", node, "--queues", queues,
         ],
         env,
     )  # fmt: skip
-    supervisor.start("reports", reports_worker_argv(verbose=verbose), env)
+
+
+def start_beat(
+    supervisor: Supervisor, env: dict[str, str], *, data_dir: Path, verbose: bool = False
+) -> None:
+    """The beat: exactly one per deployment (two run every periodic task twice; the
+    health page says so). Its schedule file lives in `data_dir`."""
+    python_bin = Path(sys.executable).parent
     supervisor.start(
         "beat",
         [
@@ -104,7 +136,6 @@ def start_console(
         ],
         env,
     )  # fmt: skip
-    return listener
 
 
 def reports_worker_argv(*, verbose: bool = False, hostname: str = "reports@%h") -> list[str]:
@@ -298,6 +329,88 @@ def command_services(args: argparse.Namespace) -> int:
         services.stop()
 
 
+# What a role started alone needs from its environment: it joins a deployment whose
+# servers already run (`./run` starts private ones instead).
+ROLE_NEEDS = ("DATABASE_URL", "REDIS_URL", "SECRET_KEY")
+
+
+def command_role(args: argparse.Namespace) -> int:
+    """One role of a deployment on this host (web, tree-worker, reports-worker, beat,
+    fleet), its processes restarted when they die, until Ctrl-C or SIGTERM."""
+    missing = [name for name in ROLE_NEEDS if not os.environ.get(name)]
+    if missing:
+        say(f"{args.command} needs {', '.join(missing)}: a role started alone joins a "
+            "deployment whose PostgreSQL and Redis already run (./run starts its own)")  # fmt: skip
+        return 2
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    metrics = args.data_dir / "metrics"  # shared by the host's roles: not emptied here
+    metrics.mkdir(parents=True, exist_ok=True)
+    env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(metrics))
+    supervisor = Supervisor()
+    supervisor.install_signal_handlers()
+    listener = None
+    try:
+        listener = args.start_role(supervisor, env, args)
+        supervisor.wait()
+        return 0
+    finally:
+        supervisor.stop_all()
+        if listener is not None:
+            listener.close()
+
+
+def _web_role(supervisor: Supervisor, env: dict[str, str], args) -> socket.socket:
+    return start_web(supervisor, env, host=args.host, port=args.port, processes=args.processes,
+                     verbose=args.verbose)  # fmt: skip
+
+
+def _tree_worker_role(supervisor: Supervisor, env: dict[str, str], args) -> None:
+    subtree = ["--subtree", args.subtree] if args.subtree else []
+    queues = manage(env, "worker_queues", *subtree, capture=True)
+    say(f"tree worker for {args.subtree or 'the whole tree'}: {queues}")
+    node = f"tree-{args.subtree or 'all'}@%h"  # two subtrees' workers may share a host
+    start_tree_worker(supervisor, env, queues=queues, concurrency=args.concurrency,
+                      verbose=args.verbose, name="tree-worker", node=node)  # fmt: skip
+
+
+def _reports_worker_role(supervisor: Supervisor, env: dict[str, str], args) -> None:
+    supervisor.start("reports", reports_worker_argv(verbose=args.verbose), env)
+
+
+def _beat_role(supervisor: Supervisor, env: dict[str, str], args) -> None:
+    start_beat(supervisor, env, data_dir=args.data_dir, verbose=args.verbose)
+
+
+def _fleet_role(supervisor: Supervisor, env: dict[str, str], args) -> None:
+    start_fleet(supervisor, env, host=args.host, port=args.port, agents=args.agents)
+
+
+def add_role_parsers(commands) -> None:
+    """The roles a deployment lays out over hosts (docs/deploy.md), each on its own."""
+    web = _role_parser(commands, "web", "web processes on one port", _web_role)
+    web.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    web.add_argument("--port", type=int, default=8000)
+    web.add_argument("--processes", type=int, default=2, help="web processes (one socket)")
+    tree = _role_parser(commands, "tree-worker", "a tree worker", _tree_worker_role)
+    tree.add_argument("--subtree", metavar="DISPATCHER", help="only this subtree (e.g. d0.1) "
+                      "and the dispatchers above it; default: the whole tree")  # fmt: skip
+    tree.add_argument("--concurrency", type=int, default=2, help="worker processes")
+    _role_parser(commands, "reports-worker", "the reports worker (Spark)", _reports_worker_role)
+    _role_parser(commands, "beat", "the beat: exactly one per deployment", _beat_role)
+    fleet = _role_parser(commands, "fleet", "simulated web servers' agents", _fleet_role)
+    fleet.add_argument("--host", default="127.0.0.1", help="the web tier's address")
+    fleet.add_argument("--port", type=int, default=8000)
+    fleet.add_argument("--agents", type=int, default=40)
+
+
+def _role_parser(commands, name: str, help_text: str, start_role) -> argparse.ArgumentParser:
+    parser = commands.add_parser(name, help=f"{help_text} (DATABASE_URL and REDIS_URL set)")
+    parser.add_argument("--verbose", action="store_true", help="log every request and task")
+    add_data_dir_argument(parser)
+    parser.set_defaults(handler=command_role, start_role=start_role)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m launcher")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -327,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     services = commands.add_parser("services", help="start only PostgreSQL and Redis")
     add_data_dir_argument(services)
     services.set_defaults(handler=command_services)
+    add_role_parsers(commands)
     return parser
 
 

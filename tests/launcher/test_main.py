@@ -311,3 +311,43 @@ def health_page(opener, base_url: str, *, htmx: bool) -> tuple[int, str]:
             return reply.status, reply.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
+
+
+# --- A role alone: `python -m launcher web|tree-worker|reports-worker|beat|fleet` ------
+
+
+def test_a_role_alone_needs_the_deployments_servers_and_says_which(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "SECRET_KEY")}
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", "beat", "--data-dir", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "beat needs DATABASE_URL, SECRET_KEY" in done.stdout + done.stderr
+
+
+def test_a_tree_worker_for_a_subtree_serves_it_and_the_path_above_and_says_so(
+    console_run, tmp_path
+):
+    env = dict(console_run.env, SECRET_KEY="a-role-of-its-own", HOST_NAME="worker-host-b")
+    output = launcher("tree-worker", "--subtree", "d0.1", "--concurrency", "1",
+                      "--data-dir", str(tmp_path), env=env)  # fmt: skip
+    try:
+        said = output.wait_for(r"^\[launcher\] tree worker for d0\.1: (.+)$", timeout_s=60)
+        assert said[1].split(",") == [
+            "celery", "dispatcher.d0", "dispatcher.d0.1", "dispatcher.d0.1.0",
+            "dispatcher.d0.1.1",
+        ]  # fmt: skip
+        announced = redis.Redis.from_url(env["REDIS_URL"])
+        deadline = time.monotonic() + RECOVERY_TIMEOUT_S
+        while time.monotonic() < deadline and not list(
+            announced.scan_iter("sn-processes:worker-host-b:*")
+        ):
+            time.sleep(0.5)
+        [key] = announced.scan_iter("sn-processes:worker-host-b:*")
+        record = {k.decode(): v.decode() for k, v in announced.hgetall(key).items()}
+        assert record["role"] == "tree worker"
+        assert json.loads(record["serves"]) == said[1].split(",")[1:]
+        assert (tmp_path / "metrics").is_dir()  # the host's roles share it
+    finally:
+        assert stop_launcher(output) == 0
