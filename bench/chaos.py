@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import re
 import secrets
 import signal
@@ -139,9 +140,23 @@ class Stack:
         self._later(lambda: self.web.__setitem__(0, self._web()))
 
     def _later(self, action) -> None:
-        timer = threading.Timer(OUTAGE_S, action)
-        timer.daemon = True
-        timer.start()
+        """Run `action` OUTAGE_S from now on the bench's one long-lived undo thread: a
+        process started from a thread that then ends (a Timer's) is sent SIGTERM at once
+        (die_with_parent's signal follows the thread that started it), and the killed
+        worker or web process was never really back."""
+        _undoing.put((time.monotonic() + OUTAGE_S, action))
+
+
+def _undo_when_due() -> None:
+    while True:
+        due, action = _undoing.get()
+        time.sleep(max(0.0, due - time.monotonic()))
+        action()
+
+
+# Faults' undoing, in order, by one thread that lives as long as the bench.
+_undoing: queue.Queue = queue.Queue()
+threading.Thread(target=_undo_when_due, name="undo-faults", daemon=True).start()
 
 
 @dataclass
