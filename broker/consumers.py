@@ -295,10 +295,10 @@ class AgentConsumer(SendsUntilClosed):
     async def _refuse_after_failure(self, ref: Any) -> None:
         """The last line of defence: a failure while handling a frame is logged and
         answered, instead of closing the socket with 1011; the session goes on. (A
-        Redis outage is logged once per process: broker.push.outages.)"""
+        Redis or PostgreSQL outage is logged once per process: broker.push.outages.)"""
         logger.exception("agent frame failed (client %s)", self.actor or "not logged in")
-        outage = outages.is_outage(sys.exc_info()[1])
-        said = "the server cannot reach Redis now" if outage else "the server failed"
+        server = outages.server_down(sys.exc_info()[1])
+        said = f"the server cannot reach {server} now" if server else "the server failed"
         await self._send(protocol.error_frame(protocol.InternalError(said), ref))
         if self.client is None:  # not the token's fault: the agent may retry later
             await self.close(code=protocol.CLOSE_TRY_AGAIN_LATER)

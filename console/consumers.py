@@ -18,7 +18,7 @@ from broker.roles import READ, needs_second_factor
 
 # Close code for an unauthenticated socket (4000-4999 are free for applications).
 CLOSE_UNAUTHENTICATED = 4401
-# Redis is down: WebSocket's "Try Again Later" (the page's script reconnects).
+# Redis or the database is down: WebSocket's "Try Again Later" (the page reconnects).
 CLOSE_TRY_AGAIN_LATER = 1013
 logger = logging.getLogger(__name__)
 
@@ -61,14 +61,15 @@ class ConsoleConsumer(SendsUntilClosed, AsyncJsonWebsocketConsumer):
             logger.warning("could not leave a console's groups as it closed", exc_info=True)
 
     async def receive_json(self, content, **kwargs) -> None:
-        """Answer a frame; with Redis down, close with 1013 (try again later) rather
-        than fail with 1011: the page reconnects and watches its topics again."""
+        """Answer a frame; with Redis (or the database) down, close with 1013 (try
+        again later) rather than fail with 1011: the page reconnects and watches its
+        topics again."""
         try:
             await self._answer(content)
         except Exception as error:
             if not outages.is_outage(error):
                 raise
-            logger.warning("a console's socket closed: Redis is down", exc_info=True)
+            logger.warning("a console's socket closed: a server is down", exc_info=True)
             await self.close(code=CLOSE_TRY_AGAIN_LATER)
 
     async def _answer(self, content) -> None:

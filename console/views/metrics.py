@@ -4,6 +4,7 @@ the fleet; refused to anyone else (docs/console.md, "Metrics")."""
 
 from __future__ import annotations
 
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
@@ -21,7 +22,15 @@ BEARER = 'Bearer realm="metrics"'
 @never_cache
 def metrics(request: HttpRequest) -> HttpResponse:
     """The figures, or 401 (no valid token), 403 (a role that may not read the
-    fleet) or 429 (too many unknown tokens from this address)."""
+    fleet), 429 (too many unknown tokens from this address) or 503 (the database is
+    down)."""
+    try:
+        return _figures_for_a_reader(request)
+    except DatabaseError:  # no token can be checked, nor deliveries counted
+        return _refusal("the database cannot be reached; try again later", 503)
+
+
+def _figures_for_a_reader(request: HttpRequest) -> HttpResponse:
     try:
         request.auth = OperatorToken()(request)
         if request.auth is None:

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import logging
 
+import psycopg
 import pytest
+from django.db.utils import OperationalError as DjangoOperationalError
 from kombu.exceptions import OperationalError
+from psycopg import errors as pg_errors
 from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from broker.push import outages
-from broker.push.outages import OneLinePerOutage, is_outage
+from broker.push.outages import OneLinePerOutage, is_outage, server_down
 
 REFUSED = "Error 111 connecting to /var/redis.sock. Connection refused."
 
@@ -51,9 +54,21 @@ def test_redis_unreachable_is_an_outage_even_when_wrapped_but_other_failures_are
     assert is_outage(BusyLoadingError("Redis is loading the dataset in memory"))
     assert is_outage(OperationalError(REFUSED))  # kombu's, for Celery
     assert is_outage(raised_from(RedisConnectionError(REFUSED)))
-    assert not is_outage(ConnectionRefusedError(111, "refused"))  # PostgreSQL's, say
+    assert not is_outage(ConnectionRefusedError(111, "refused"))  # whose? not told
     assert not is_outage(raised_from(ValueError("a bug")))
     assert not is_outage(None)
+
+
+def test_postgresql_unreachable_is_an_outage_but_a_deadlock_or_a_bad_query_is_not():
+    broken = psycopg.OperationalError("connection is bad: no such file or directory")
+    assert server_down(raised_from(broken)) == "PostgreSQL"
+    assert server_down(pg_errors.AdminShutdown("terminating connection")) == "PostgreSQL"
+    assert server_down(RedisConnectionError(REFUSED)) == "Redis"
+    wrapped = DjangoOperationalError("connection failed")
+    wrapped.__cause__ = psycopg.OperationalError("connection failed: the database is starting")
+    assert server_down(wrapped) == "PostgreSQL"
+    assert not is_outage(pg_errors.DeadlockDetected("deadlock detected"))
+    assert not is_outage(pg_errors.UndefinedColumn("column x does not exist"))
 
 
 def test_the_first_failure_of_an_outage_is_one_warning_line_and_the_rest_are_dropped(clock):
@@ -66,6 +81,15 @@ def test_the_first_failure_of_an_outage_is_one_warning_line_and_the_rest_are_dro
     assert not tell.filter(record(RedisConnectionError(REFUSED)))
     retrying = record(None, "consumer: Cannot connect to redis://cache:6379//", name="celery")
     assert not tell.filter(retrying)
+
+
+def test_each_server_has_its_own_outage_line(clock):
+    tell = OneLinePerOutage()
+    assert tell.filter(record(RedisConnectionError(REFUSED)))
+    down = record(raised_from(psycopg.OperationalError("connection failed: shutting down")))
+    assert tell.filter(down)
+    assert down.getMessage().startswith("PostgreSQL cannot be reached (connection failed")
+    assert not tell.filter(record(pg_errors.AdminShutdown("terminating connection")))
 
 
 def test_a_failure_that_is_not_an_outage_keeps_its_traceback_during_one(clock):

@@ -96,6 +96,18 @@ def test_an_auditors_token_reads_deliveries_agents_dispatchers_and_report_runs(c
     assert found[("sn_report_run_seconds_bucket", tuple(sorted((*reach, ("le", "20.0")))))] == 1
 
 
+def test_with_the_database_down_a_scrape_is_503_not_a_failure(client, monkeypatch):
+    from django.db import OperationalError
+
+    from console.views import metrics as view
+
+    def down(request):
+        raise OperationalError("connection failed")
+
+    monkeypatch.setattr(view, "_figures_for_a_reader", down)
+    assert scrape(client, "sno_whatever").status_code == 503
+
+
 def test_a_routed_hop_is_timed_from_its_arrival_in_the_stream(monkeypatch):
     monkeypatch.setattr(consumer.time, "time", lambda: 1_800_000_000.25)
     hop = RouteHop(dispatcher_id=3, events=[], direction="down")
