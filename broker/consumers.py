@@ -148,6 +148,18 @@ class SendsUntilClosed(AsyncWebsocketConsumer):
         except SOCKET_CLOSED:
             self.closed = True
 
+    async def leave_groups(self, groups) -> None:
+        """Leave the channel layer's `groups` as the socket ends; with a server down,
+        the memberships are left to expire (the layer's group expiry) and the socket's
+        end goes on."""
+        try:
+            for group in groups:
+                await self.channel_layer.group_discard(group, self.channel_name)
+        except Exception as error:
+            if not outages.is_outage(error):
+                raise
+            logger.warning("could not leave %s as its socket ended", groups, exc_info=True)
+
 
 class AgentConsumer(SendsUntilClosed):
     """A managed node's or controller's session."""
@@ -234,7 +246,7 @@ class AgentConsumer(SendsUntilClosed):
         if self.session_recorded:
             self._record_presence(presence.Kind.CLOSED)
         if self.group is not None:  # even after half a login
-            await _leave_group(self.channel_layer, self.group, self.channel_name)
+            await self.leave_groups([self.group])
 
     async def dispatch(self, message: dict) -> None:
         """As Channels' dispatch, without closing the database connections of its one
@@ -580,17 +592,6 @@ class AgentConsumer(SendsUntilClosed):
         if "seal" not in item:  # a live push: the seal is read here, once per event
             item = {**item, "seal": await _seals.seal_of(item["event"], in_thread(stored_seal))}
         await self._send({"type": "notification", **item, "replay": replay})
-
-
-async def _leave_group(layer, group: str, channel: str) -> None:
-    """Leave `group` as the socket ends; with Redis down, the membership is left to
-    expire (the channel layer's group expiry) and the socket's end goes on."""
-    try:
-        await layer.group_discard(group, channel)
-    except Exception as error:
-        if not outages.is_outage(error):
-            raise
-        logger.warning("could not leave %s as its socket ended", group, exc_info=True)
 
 
 def _encoded(frame: dict) -> str:

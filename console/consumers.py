@@ -11,6 +11,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django_otp import DEVICE_ID_SESSION_KEY
 
+from broker import protocol
 from broker.consumers import SendsUntilClosed
 from broker.push import outages
 from broker.push.to_consoles import EVENTS, FLEET, REPORTS, TREE, console_group
@@ -18,8 +19,6 @@ from broker.roles import READ, needs_second_factor
 
 # Close code for an unauthenticated socket (4000-4999 are free for applications).
 CLOSE_UNAUTHENTICATED = 4401
-# Redis or the database is down: WebSocket's "Try Again Later" (the page reconnects).
-CLOSE_TRY_AGAIN_LATER = 1013
 logger = logging.getLogger(__name__)
 
 
@@ -52,13 +51,7 @@ class ConsoleConsumer(SendsUntilClosed, AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def disconnect(self, code: int) -> None:
-        try:
-            for topic in getattr(self, "watching", ()):
-                await self.channel_layer.group_discard(console_group(topic), self.channel_name)
-        except Exception as error:  # Redis down: the memberships expire on their own
-            if not outages.is_outage(error):
-                raise
-            logger.warning("could not leave a console's groups as it closed", exc_info=True)
+        await self.leave_groups([console_group(topic) for topic in getattr(self, "watching", ())])
 
     async def receive_json(self, content, **kwargs) -> None:
         """Answer a frame; with Redis (or the database) down, close with 1013 (try
@@ -70,7 +63,7 @@ class ConsoleConsumer(SendsUntilClosed, AsyncJsonWebsocketConsumer):
             if not outages.is_outage(error):
                 raise
             logger.warning("a console's socket closed: a server is down", exc_info=True)
-            await self.close(code=CLOSE_TRY_AGAIN_LATER)
+            await self.close(code=protocol.CLOSE_TRY_AGAIN_LATER)  # the page reconnects
 
     async def _answer(self, content) -> None:
         kind = content.get("type") if isinstance(content, dict) else None

@@ -16,7 +16,6 @@ Two kinds of figure:
 from __future__ import annotations
 
 import os
-import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -26,14 +25,13 @@ from django.utils import timezone
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
-from redis.exceptions import RedisError
 
 from broker.dispatch import transport
 from broker.dispatch.queues import dispatcher_queues
 from broker.push import outages
 from broker.reads.deliveries import counts_by_state
 from broker.reads.presence import connected_count
-from console.processes import LATE_AFTER_S, announced
+from console.processes import processes_now
 from reports.reads import finished_run_seconds
 
 # Counting every delivery scans the table: once a minute at most, whoever scrapes.
@@ -120,22 +118,18 @@ def _dispatcher_backlog() -> Iterator[Metric]:
 
 
 def _live_processes() -> Iterator[Metric]:
-    """The processes that announce themselves and are not late, by host and role (a
-    monitor alerts on no tree worker, or on a number of beats other than one); nothing
-    while Redis is down."""
-    try:
-        found = announced()
-    except RedisError:
+    """The processes not late, by host and role, as the health page judges them (a
+    monitor alerts on no tree worker, or on a number of beats other than one);
+    nothing while Redis is down."""
+    found = processes_now()
+    if found.unknown:
         return
-    now, counts = time.time(), Counter()
-    for announcement in found:
-        if announcement.age_s(now) <= LATE_AFTER_S:
-            counts[(announcement.host, announcement.role)] += 1
     family = GaugeMetricFamily(
         "sn_processes", "The console's live processes by host and role", labels=["host", "role"]
     )
-    for (host, role), count in sorted(counts.items()):
-        family.add_metric([host, role], count)
+    for host, rows in found.by_host.items():
+        for role, count in sorted(Counter(row.role for row in rows if not row.late).items()):
+            family.add_metric([host, role], count)
     yield family
 
 

@@ -14,7 +14,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -50,25 +49,21 @@ class Announcement:
     started_at: float  # Unix time
     beat_at: float
     serves: list[str] = field(default_factory=list)
-    detail: str = ""
 
     def age_s(self, now: float) -> float:
         """Seconds since its last beat."""
         return max(0.0, now - self.beat_at)
 
 
-def announce_forever(
-    role: str, *, serves: list[str] | None = None, detail: Callable[[], str] | None = None
-) -> threading.Thread:
+def announce_forever(role: str, *, serves: list[str] | None = None) -> threading.Thread:
     """Announce this process now and every BEAT_S, on a daemon thread, for as long as
-    it runs. `detail` is asked at each beat (what the process is doing)."""
+    it runs."""
     started_at = time.time()
 
     def beat_forever() -> None:
         client = redis_client()
         while True:
-            record = _record(role, started_at, serves or [], detail() if detail else "")
-            _write(client, record)
+            _write(client, _record(role, started_at, serves or []))
             time.sleep(BEAT_S)
 
     thread = threading.Thread(target=beat_forever, name=f"announce-{role}", daemon=True)
@@ -76,7 +71,7 @@ def announce_forever(
     return thread
 
 
-def _record(role: str, started_at: float, serves: list[str], detail: str) -> dict[str, str]:
+def _record(role: str, started_at: float, serves: list[str]) -> dict[str, str]:
     return {
         "role": role,
         "host": settings.HOST_NAME,
@@ -84,7 +79,6 @@ def _record(role: str, started_at: float, serves: list[str], detail: str) -> dic
         "started_at": repr(started_at),
         "beat_at": repr(time.time()),
         "serves": json.dumps(serves),
-        "detail": detail,
     }
 
 
@@ -100,9 +94,9 @@ def _write(client, record: dict[str, str]) -> None:
         logger.debug("announcing %s failed", key, exc_info=True)
 
 
-def announce_once(role: str, *, serves: list[str] | None = None, detail: str = "") -> None:
+def announce_once(role: str, *, serves: list[str] | None = None) -> None:
     """One announcement of this process, now (a test's, or a short-lived process's)."""
-    _write(redis_client(), _record(role, time.time(), serves or [], detail))
+    _write(redis_client(), _record(role, time.time(), serves or []))
 
 
 def announced() -> list[Announcement]:
@@ -125,7 +119,6 @@ def _announcement(raw: dict[bytes, bytes]) -> Announcement:
         started_at=float(values.get("started_at", 0)),
         beat_at=float(values.get("beat_at", 0)),
         serves=json.loads(values.get("serves", "[]")),
-        detail=values.get("detail", ""),
     )
 
 
@@ -183,7 +176,7 @@ def processes_now() -> Processes:
 def _row(announcement: Announcement, now: float) -> ProcessRow:
     """The process's row; the reports worker, while it runs a report, is judged by the
     run's heartbeat too (its Spark job holds it busy, and the run tells how it goes)."""
-    age_s, detail = announcement.age_s(now), announcement.detail
+    age_s, detail = announcement.age_s(now), ""
     if announcement.role == Role.REPORTS_WORKER:
         run_age_s, detail = _running_report(now)
         age_s = min(age_s, run_age_s)

@@ -394,7 +394,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    # A Redis outage is one warning line per process, not a traceback per failure.
+    # A Redis or PostgreSQL outage is one warning line per process, not a traceback per
+    # failure.
     "filters": {"outages": {"()": "broker.push.outages.one_line_per_outage"}},
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["outages"]}

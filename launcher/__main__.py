@@ -404,7 +404,7 @@ def add_role_parsers(commands) -> None:
 
 
 def _role_parser(commands, name: str, help_text: str, start_role) -> argparse.ArgumentParser:
-    parser = commands.add_parser(name, help=f"{help_text} (DATABASE_URL and REDIS_URL set)")
+    parser = commands.add_parser(name, help=f"{help_text} (needs {', '.join(ROLE_NEEDS)})")
     parser.add_argument("--verbose", action="store_true", help="log every request and task")
     add_data_dir_argument(parser)
     parser.set_defaults(handler=command_role, start_role=start_role)

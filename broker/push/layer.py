@@ -92,9 +92,9 @@ READ_FAILED_SAID_EVERY_S = 60.0
 # that equal messages stay distinct members of the key's sorted set). The caller packs
 # the "type" and "sent_at" pairs (ARGV[8]) and every group's name and payload, one
 # after the other in KEYS' order (ARGV[9], with where each group's pair ends in
-# ARGV[10]); the script only
-# joins packed parts, since Lua cannot tell a Python payload's types. One argument for
-# all the pairs, not two per group: redis-py packs each argument in Python.
+# ARGV[10]); the script only joins packed parts, since Lua cannot tell a Python
+# payload's types. One argument for all the pairs, not two per group: redis-py packs
+# each argument in Python.
 PUSH_LUA = """
 local oldest_member, prefix, now, expiry = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local oldest_message, capacity, random, head_pairs = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8]
