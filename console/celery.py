@@ -7,6 +7,7 @@ from celery import Celery
 from celery.signals import (
     beat_init,
     task_prerun,
+    worker_init,
     worker_process_init,
     worker_process_shutdown,
     worker_ready,
@@ -45,18 +46,35 @@ def warm_spark_in_the_reports_worker(sender=None, **_) -> None:
     threading.Thread(target=warm_up, daemon=True, name="spark-warm-up").start()
 
 
-def _consumed_queues() -> list[str]:
-    return list(app.amqp.queues.consume_from or {})
+# The queues the worker was started with (`--queues`), kept before it takes over any
+# (console/takeover.py); its pool processes, forked later, inherit them.
+_own_queues: list[str] = []
+
+
+@worker_init.connect
+def keep_the_queues_the_worker_was_started_with(**_) -> None:
+    _own_queues[:] = list(app.amqp.queues.consume_from or {})
+
+
+def _dispatcher_queues() -> list[str]:
+    return sorted(queue for queue in _own_queues if queue.startswith("dispatcher."))
+
+
+def _start_routing_hops() -> None:
+    """Route the hops of this worker's dispatchers, and of those it takes over."""
+    from broker.dispatch.consumer import start_consumer
+    from console.takeover import uncovered_queues
+
+    tune_garbage_collector()
+    own = _dispatcher_queues()
+    start_consumer(own, also_serve=lambda: uncovered_queues(own))
 
 
 @worker_process_init.connect
 def route_hops_in_each_pool_process(**_) -> None:
     """A tree worker's every pool process routes hops (broker/dispatch/consumer.py)
     beside its tasks: hops use as many cores as the worker has processes."""
-    from broker.dispatch.consumer import start_consumer
-
-    tune_garbage_collector()
-    start_consumer(_consumed_queues())
+    _start_routing_hops()
 
 
 @worker_ready.connect
@@ -64,26 +82,28 @@ def route_hops_in_a_single_process_worker(sender=None, **_) -> None:
     """A worker without a process pool (solo, threads) routes hops in its own process."""
     if sender is None or "prefork" in type(sender.pool).__module__:
         return
-    from broker.dispatch.consumer import start_consumer
-
-    tune_garbage_collector()
-    start_consumer(_consumed_queues())
+    _start_routing_hops()
 
 
 @worker_ready.connect
 def announce_the_worker(sender=None, **_) -> None:
-    """On the health page: the reports worker with its Spark master, a tree worker with
-    the dispatchers whose queues it consumes."""
+    """On the health page: the reports worker with its Spark master; a tree worker with
+    the dispatchers whose queues it consumes, and those it covers for a gone one (it
+    consumes their Celery queues too while it does: console/takeover.py)."""
     from django.conf import settings
 
     from console.processes import Role, announce_forever
 
-    queues = _consumed_queues()
-    if settings.REPORTS_QUEUE in queues:
+    if settings.REPORTS_QUEUE in _own_queues:
         announce_forever(Role.REPORTS_WORKER, serves=[settings.SPARK_MASTER])
         return
-    dispatchers = sorted(queue for queue in queues if queue.startswith("dispatcher."))
-    announce_forever(Role.TREE_WORKER, serves=dispatchers)
+    if not _dispatcher_queues() or sender is None:
+        return
+    from console.takeover import CeleryQueueCover
+
+    cover = CeleryQueueCover(sender, _own_queues)  # worker_ready is sent by the consumer
+    cover.run_forever()
+    announce_forever(Role.TREE_WORKER, serves=_dispatcher_queues(), covering=lambda: cover.covering)
 
 
 @beat_init.connect
@@ -100,3 +120,11 @@ def stop_routing_hops(**_) -> None:
     from broker.dispatch.consumer import stop_consumer
 
     stop_consumer()
+
+
+@worker_shutdown.connect
+def withdraw_the_announcement(**_) -> None:
+    """A worker stopping on purpose says so: its dispatchers are taken over at once."""
+    from console.processes import withdraw
+
+    withdraw()

@@ -2,9 +2,10 @@
 
 Each process announces itself in Redis every BEAT_S from a thread of its own: its
 role, its host, its pid, since when it runs and what it serves (a tree worker's
-dispatchers, the reports worker's Spark master). An announcement expires after
-LIVES_S without a beat, so a process that died, or lost Redis, drops out of the
-list by itself. The health page lists them by host (console/views/overview.py).
+dispatchers, the reports worker's Spark master), and what it covers for a worker that
+is gone (console/takeover.py). An announcement expires after LIVES_S without a beat,
+so a process that died, or lost Redis, drops out of the list by itself. The health
+page lists them by host (console/views/overview.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -23,9 +25,12 @@ from console.health import redis_client
 from reports.reads import running_run
 
 KEY_PREFIX = "sn-processes:"
-BEAT_S = 5.0
-LIVES_S = 30.0  # six beats: a process busy for a few seconds is not taken for dead
-LATE_AFTER_S = 3 * BEAT_S  # shown as late beyond this
+BEAT_S = 2.0
+LIVES_S = 30.0  # a process busy for a few seconds is not forgotten
+# Late beyond this: shown so, and a tree worker this late is taken for gone (its
+# dispatchers are taken over, console/takeover.py). Three beats: one missed beat of a
+# busy process is not enough.
+LATE_AFTER_S = 3 * BEAT_S
 logger = logging.getLogger(__name__)
 
 
@@ -49,29 +54,57 @@ class Announcement:
     started_at: float  # Unix time
     beat_at: float
     serves: list[str] = field(default_factory=list)
+    covers: list[str] = field(default_factory=list)  # a gone worker's, for now
 
     def age_s(self, now: float) -> float:
         """Seconds since its last beat."""
         return max(0.0, now - self.beat_at)
 
+    def is_late(self, now: float) -> bool:
+        """Whether it missed its beats: shown late, and taken for gone."""
+        return self.age_s(now) > LATE_AFTER_S
 
-def announce_forever(role: str, *, serves: list[str] | None = None) -> threading.Thread:
-    """Announce this process now and every BEAT_S, on a daemon thread, for as long as
-    it runs."""
+
+_withdrawn = threading.Event()
+
+
+def announce_forever(
+    role: str,
+    *,
+    serves: list[str] | None = None,
+    covering: Callable[[], list[str]] | None = None,
+) -> threading.Thread:
+    """Announce this process now and every BEAT_S, on a daemon thread, until it ends or
+    withdraws; `covering` tells, at each beat, what it covers for a worker gone."""
     started_at = time.time()
 
     def beat_forever() -> None:
         client = redis_client()
-        while True:
-            _write(client, _record(role, started_at, serves or []))
-            time.sleep(BEAT_S)
+        while not _withdrawn.is_set():
+            covers = covering() if covering else []
+            _write(client, _record(role, started_at, serves or [], covers))
+            _withdrawn.wait(BEAT_S)
 
     thread = threading.Thread(target=beat_forever, name=f"announce-{role}", daemon=True)
     thread.start()
     return thread
 
 
-def _record(role: str, started_at: float, serves: list[str]) -> dict[str, str]:
+def withdraw() -> None:
+    """Stop announcing this process and remove its announcement: a tree worker that
+    stops on purpose has its dispatchers taken over at once, not after LATE_AFTER_S."""
+    _withdrawn.set()
+    try:
+        redis_client().delete(_key(settings.HOST_NAME, os.getpid()))
+    except RedisError:
+        logger.debug("withdrawing the announcement failed", exc_info=True)
+
+
+def _key(host: str, pid: int | str) -> str:
+    return f"{KEY_PREFIX}{host}:{pid}"
+
+
+def _record(role: str, started_at: float, serves: list[str], covers: list[str]) -> dict:
     return {
         "role": role,
         "host": settings.HOST_NAME,
@@ -79,12 +112,13 @@ def _record(role: str, started_at: float, serves: list[str]) -> dict[str, str]:
         "started_at": repr(started_at),
         "beat_at": repr(time.time()),
         "serves": json.dumps(serves),
+        "covers": json.dumps(covers),
     }
 
 
 def _write(client, record: dict[str, str]) -> None:
     """One beat; with Redis down it is skipped (the outage is told elsewhere, once)."""
-    key = f"{KEY_PREFIX}{record['host']}:{record['pid']}"
+    key = _key(record["host"], record["pid"])
     try:
         pipeline = client.pipeline(transaction=True)
         pipeline.hset(key, mapping=record)
@@ -94,9 +128,11 @@ def _write(client, record: dict[str, str]) -> None:
         logger.debug("announcing %s failed", key, exc_info=True)
 
 
-def announce_once(role: str, *, serves: list[str] | None = None) -> None:
+def announce_once(
+    role: str, *, serves: list[str] | None = None, covers: list[str] | None = None
+) -> None:
     """One announcement of this process, now (a test's, or a short-lived process's)."""
-    _write(redis_client(), _record(role, time.time(), serves or []))
+    _write(redis_client(), _record(role, time.time(), serves or [], covers or []))
 
 
 def announced() -> list[Announcement]:
@@ -119,6 +155,7 @@ def _announcement(raw: dict[bytes, bytes]) -> Announcement:
         started_at=float(values.get("started_at", 0)),
         beat_at=float(values.get("beat_at", 0)),
         serves=json.loads(values.get("serves", "[]")),
+        covers=json.loads(values.get("covers", "[]")),
     )
 
 
@@ -177,6 +214,9 @@ def _row(announcement: Announcement, now: float) -> ProcessRow:
     """The process's row; the reports worker, while it runs a report, is judged by the
     run's heartbeat too (its Spark job holds it busy, and the run tells how it goes)."""
     age_s, detail = announcement.age_s(now), ""
+    if announcement.covers:
+        covered = ", ".join(announcement.covers)
+        detail = f"also serving {covered}: no live tree worker serves them"
     if announcement.role == Role.REPORTS_WORKER:
         run_age_s, detail = _running_report(now)
         age_s = min(age_s, run_age_s)
@@ -184,7 +224,7 @@ def _row(announcement: Announcement, now: float) -> ProcessRow:
         role=announcement.role,
         pid=announcement.pid,
         beat_age_s=age_s,
-        late=age_s > LATE_AFTER_S,
+        late=age_s > LATE_AFTER_S,  # the reports worker's age may be its run's
         serves=", ".join(announcement.serves),
         detail=detail,
     )

@@ -22,6 +22,7 @@ import socket
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import close_old_connections, connection, connections
@@ -42,6 +43,11 @@ CLAIM_EVERY_S = 2.0
 FORGET_GONE_EVERY_S = 600.0
 FLUSH_EVERY_S = 0.5
 BACKOFF_S = 1.0
+COVER_CHECK_S = 1.0
+# Entries a gone worker took are claimed once idle this long (a live consumer's after
+# transport.CLAIM_IDLE_MS): long enough that workers covering together seldom take a
+# batch another is still routing (harmless: routing is idempotent, but wasted).
+COVERED_CLAIM_IDLE_MS = 3_000
 # From a hop's arrival in its dispatcher's stream to its routing done (/metrics).
 HOP_SECONDS = Histogram(
     "sn_hop_seconds",
@@ -55,14 +61,27 @@ _numbers = itertools.count(1)
 
 
 class HopConsumer:
-    """Routes the hops of the dispatchers whose queues are `queues`."""
+    """Routes the hops of the dispatchers whose queues are `queues`, and of those that
+    `also_serve()` names while it names them (a gone worker's: console/takeover.py)."""
 
-    def __init__(self, queues: list[str], name: str | None = None) -> None:
-        self.streams = [transport.stream_name(queue) for queue in sorted(queues)]
+    def __init__(
+        self,
+        queues: list[str],
+        name: str | None = None,
+        also_serve: Callable[[], list[str]] | None = None,
+    ) -> None:
+        self.own = [transport.stream_name(queue) for queue in sorted(queues)]
+        self.covered: list[str] = []
+        self.also_serve = also_serve
         # Unique per consumer: entries a consumer took are pending under its name.
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{next(_numbers)}"
-        self._claimed_at = self._flushed_at = 0.0
+        self._claimed_at = self._flushed_at = self._covered_at = 0.0
         self._forgot_at = time.monotonic()
+
+    @property
+    def streams(self) -> list[str]:
+        """The streams it reads now: its own, then those it covers."""
+        return self.own + self.covered
 
     def run(self, stop: threading.Event) -> None:
         """Route until `stop` is set; errors are logged and retried after a pause."""
@@ -79,6 +98,7 @@ class HopConsumer:
 
     def step(self) -> int:
         """Route one batch (waiting up to BLOCK_MS for one); return the hops routed."""
+        self._cover_uncovered()
         entries = transport.read(self.name, self.streams, count=READ_BATCH, block_ms=BLOCK_MS)
         entries += self._claim_stale()
         close_old_connections()
@@ -110,7 +130,22 @@ class HopConsumer:
         if time.monotonic() - self._claimed_at < CLAIM_EVERY_S:
             return []
         self._claimed_at = time.monotonic()
-        return transport.claim_stale(self.name, self.streams)
+        claimed = transport.claim_stale(self.name, self.own)
+        # A gone worker's entries sooner: it is known gone, the wait is for live ones.
+        return claimed + transport.claim_stale(
+            self.name, self.covered, idle_ms=COVERED_CLAIM_IDLE_MS
+        )
+
+    def _cover_uncovered(self) -> None:
+        """Every COVER_CHECK_S, read the streams of the dispatchers `also_serve` names."""
+        if self.also_serve is None or time.monotonic() - self._covered_at < COVER_CHECK_S:
+            return
+        self._covered_at = time.monotonic()
+        wanted = sorted(transport.stream_name(queue) for queue in self.also_serve())
+        wanted = [stream for stream in wanted if stream not in self.own]
+        if wanted != self.covered:
+            transport.ensure_groups(wanted)
+            self.covered = wanted
 
     def _flush_traffic(self) -> None:
         if time.monotonic() - self._flushed_at < FLUSH_EVERY_S:
@@ -185,9 +220,10 @@ def _by_dispatcher(entries: list[Entry]) -> list[list[Entry]]:
 _running: list[tuple[threading.Thread, threading.Event]] = []
 
 
-def start_consumer(queues: list[str]) -> None:
+def start_consumer(queues: list[str], also_serve: Callable[[], list[str]] | None = None) -> None:
     """Start this process's hop consumers (settings.TREE_CONSUMER_THREADS threads),
-    serving the dispatcher queues among `queues` (none: no consumer).
+    serving the dispatcher queues among `queues` (none: no consumer), and those that
+    `also_serve()` names while it names them.
 
     Several threads, because one thread routes one batch at a time: a hop for an inner
     dispatcher would wait behind a leaf's database work. The database work of threads
@@ -200,7 +236,10 @@ def start_consumer(queues: list[str]) -> None:
     for index in range(settings.TREE_CONSUMER_THREADS):
         stop = threading.Event()
         thread = threading.Thread(
-            target=HopConsumer(served).run, args=(stop,), daemon=True, name=f"hop-consumer-{index}"
+            target=HopConsumer(served, also_serve=also_serve).run,
+            args=(stop,),
+            daemon=True,
+            name=f"hop-consumer-{index}",
         )
         thread.start()
         _running.append((thread, stop))

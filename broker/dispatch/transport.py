@@ -145,14 +145,16 @@ def acknowledge(entries: Iterable[Entry], pipeline) -> None:
         pipeline.xdel(stream, *ids)
 
 
-def claim_stale(consumer: str, streams: list[str], *, count: int = 500) -> list[Entry]:
-    """Entries other consumers took and left unacknowledged for CLAIM_IDLE_MS (they
-    died, or failed): now `consumer`'s. Those tried MAX_ATTEMPTS times are set aside."""
+def claim_stale(
+    consumer: str, streams: list[str], *, count: int = 500, idle_ms: int = CLAIM_IDLE_MS
+) -> list[Entry]:
+    """Entries other consumers took and left unacknowledged for `idle_ms` (they died,
+    or failed): now `consumer`'s. Those tried MAX_ATTEMPTS times are set aside."""
     client, claimed = broker_redis(), []
     for stream in streams:
         try:
             pending = client.xpending_range(
-                stream, GROUP, min="-", max="+", count=count, idle=CLAIM_IDLE_MS
+                stream, GROUP, min="-", max="+", count=count, idle=idle_ms
             )
         except redis.ResponseError:
             continue  # no group yet: nothing pending
@@ -161,7 +163,7 @@ def claim_stale(consumer: str, streams: list[str], *, count: int = 500) -> list[
         if dead:
             _set_aside(stream, dead)
         if retry:
-            entries = client.xclaim(stream, GROUP, consumer, CLAIM_IDLE_MS, retry)
+            entries = client.xclaim(stream, GROUP, consumer, idle_ms, retry)
             claimed += [_entry(stream, i, f) for i, f in entries]
     return claimed
 

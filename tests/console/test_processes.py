@@ -124,6 +124,6 @@ def test_a_running_tree_worker_announces_the_dispatchers_it_serves(celery_worker
         pid = celery_worker.process.pid
         return [p for p in listed() if p["role"] == "tree worker" and p["pid"] == pid]
 
-    wait_for(tree_workers, "the tree worker's announcement", timeout_s=processes.BEAT_S * 3)
+    wait_for(tree_workers, "the tree worker's announcement", timeout_s=15)
     [worker] = tree_workers()
     assert "dispatcher.d0" in worker["serves"].split(", ") and not worker["late"]
