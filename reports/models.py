@@ -54,6 +54,8 @@ class ReportRun(models.Model):
     data_as_of = models.DateTimeField(null=True, blank=True)
     export_s = models.FloatField(null=True, blank=True)
     spark_startup_s = models.FloatField(null=True, blank=True)  # 0 when the session was warm
+    # Where its job ran: Spark's master (local[*], or a cluster's spark://host:port).
+    spark_master = models.CharField(max_length=200, blank=True)
     job_s = models.FloatField(null=True, blank=True)
     summary = models.JSONField(default=dict)
 

@@ -56,7 +56,13 @@ def _run(run, beat: Heartbeat) -> None:
         result = job(run.kind).run(data, services.params_of(run))
     timings["job"] = time.monotonic() - started
     beat.set("storing the results", JOB_PART[1])
-    services.store_result(run_id=run.pk, result=result, data_as_of=export.at, timings=timings)
+    services.store_result(
+        run_id=run.pk,
+        result=result,
+        data_as_of=export.at,
+        timings=timings,
+        spark_master=data.spark.sparkContext.master,
+    )
 
 
 def describe_error(error: BaseException) -> str:

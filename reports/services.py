@@ -163,9 +163,14 @@ def record_progress(*, run_id: int, stage: str, fraction: float) -> None:
 
 
 def store_result(
-    *, run_id: int, result: Result, data_as_of: datetime, timings: dict[str, float]
+    *,
+    run_id: int,
+    result: Result,
+    data_as_of: datetime,
+    timings: dict[str, float],
+    spark_master: str = "",
 ) -> None:
-    """The job's rows and figures, and the run done, all at once."""
+    """The job's rows and figures, where it ran, and the run done, all at once."""
     rows = [
         ReportRow(run_id=run_id, section=section, position=position, data=data)
         for section, section_rows in result.sections.items()
@@ -184,6 +189,7 @@ def store_result(
             export_s=timings.get("export"),
             spark_startup_s=timings.get("startup"),
             job_s=timings.get("job"),
+            spark_master=spark_master,
         )
     to_consoles.report_changed(run_id)
 

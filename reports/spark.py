@@ -68,8 +68,10 @@ def _build_session():
 
 
 def _shuffle_partitions() -> int:
-    # Spark's default of 200 shuffle partitions is made for clusters; on one machine a
-    # few per core do better. A cluster keeps Spark's own default.
+    # Spark's default of 200 shuffle partitions is made for big clusters; on one
+    # machine a few per core do better (SPARK_SHUFFLE_PARTITIONS chooses).
+    if settings.SPARK_SHUFFLE_PARTITIONS:
+        return settings.SPARK_SHUFFLE_PARTITIONS
     if settings.SPARK_MASTER.startswith("local"):
         return 8
     return 200

@@ -42,6 +42,8 @@ FULL_TIER = {
     "spawn_worker": "worker",
     "reports_worker": "spark",
     "spark": "spark",
+    "cluster": "spark",  # tests/launcher/test_hosts.py: a Spark standalone cluster
+    "deployment": "server",  # and its hosts
 }
 
 
