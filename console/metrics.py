@@ -4,10 +4,12 @@ Two kinds of figure:
 
 - Read when scraped, from PostgreSQL and Redis, so that every web process on every
   host gives the same: deliveries by state, connected agents, hops waiting at each
-  dispatcher, report runs and their durations, the live processes by host and role.
+  dispatcher, each hop's wait from its arrival to its routing (counted in Redis by
+  every tree worker, broker/dispatch/latency.py, as tree workers seldom share a host
+  with a web process), report runs and their durations, the live processes by host
+  and role.
 - Measured inside the processes: each push's latency in the web processes
-  (`sn_push_seconds`, broker.push.layer), each hop's in the tree workers
-  (`sn_hop_seconds`, broker.dispatch.consumer). Under `./run` every process of the host
+  (`sn_push_seconds`, broker.push.layer). Under `./run` every process of the host
   writes them into PROMETHEUS_MULTIPROC_DIR, prometheus-client's multiprocess mode,
   and a scrape sums the host's processes; without that folder a scrape gives the
   serving process's own.
@@ -26,7 +28,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, mult
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from broker.dispatch import transport
+from broker.dispatch import latency, transport
 from broker.dispatch.queues import dispatcher_queues
 from broker.push import outages
 from broker.reads.deliveries import counts_by_state
@@ -62,6 +64,7 @@ class ServiceCollector:
         yield _deliveries_by_state()
         yield _connected_agents()
         yield from _dispatcher_backlog()
+        yield from _hop_latencies()
         yield from _report_runs()
         yield from _live_processes()
 
@@ -115,6 +118,27 @@ def _dispatcher_backlog() -> Iterator[Metric]:
     aside = GaugeMetricFamily("sn_hops_set_aside", "Hops set aside after failing repeatedly")
     aside.add_metric([], set_aside)
     yield aside
+
+
+def _hop_latencies() -> Iterator[Metric]:
+    """Seconds from a hop's arrival at a dispatcher's stream to its routing, by tree
+    level, over every tree worker; nothing while Redis is down."""
+    try:
+        levels = latency.read(transport.broker_redis())
+    except Exception as error:
+        if not outages.is_outage(error):
+            raise
+        return
+    family = HistogramMetricFamily(
+        "sn_hop_seconds",
+        "Seconds from a hop's arrival at a dispatcher's stream to its routing, by tree level",
+        labels=["level"],
+    )
+    bounds = [floatToGoString(bound) for bound in latency.BUCKETS_S] + ["+Inf"]
+    for level in levels:
+        buckets = list(zip(bounds, level.counts, strict=True))
+        family.add_metric([str(level.level)], buckets, sum_value=level.sum_s)
+    yield family
 
 
 def _live_processes() -> Iterator[Metric]:

@@ -26,10 +26,9 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.db import close_old_connections, connection, connections
-from prometheus_client import Histogram
 
+from broker.dispatch import latency, steps, traffic, transport
 from broker.dispatch import state as dispatch_state
-from broker.dispatch import steps, traffic, transport
 from broker.dispatch.routed import from_wire
 from broker.dispatch.transport import Entry, RouteHop
 from broker.push import to_consoles
@@ -48,13 +47,6 @@ COVER_CHECK_S = 1.0
 # transport.CLAIM_IDLE_MS): long enough that workers covering together seldom take a
 # batch another is still routing (harmless: routing is idempotent, but wasted).
 COVERED_CLAIM_IDLE_MS = 3_000
-# From a hop's arrival in its dispatcher's stream to its routing done (/metrics).
-HOP_SECONDS = Histogram(
-    "sn_hop_seconds",
-    "Seconds from a hop's arrival at a dispatcher's stream to its routing, by tree level",
-    ["level"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
-)
 
 
 _numbers = itertools.count(1)
@@ -117,8 +109,8 @@ class HopConsumer:
         traffic.record(pipeline, rows)
         transport.acknowledge(entries, pipeline)
         _count(pipeline, hops, len(rows), statements.count)
+        latency.record(pipeline, [(e.stream, e.entry_id) for e in entries if e.hop is not None])
         pipeline.execute()
-        _observe_hop_ages(entries)
         if rows:
             to_consoles.tree_changed()
         return len(rows)
@@ -194,17 +186,6 @@ def _routed(hops: list[RouteHop]) -> list[tuple]:
     return steps.route(
         first.dispatcher_id, events, direction=first.direction, came_from=first.came_from
     )
-
-
-def _observe_hop_ages(entries: list[Entry]) -> None:
-    """Each routed hop's time since it arrived: a stream entry's id starts with the
-    Redis server's clock, in milliseconds, at its arrival."""
-    now_ms = time.time() * 1000
-    for entry in entries:
-        if entry.hop is not None:
-            arrived_ms = int(entry.entry_id.split(b"-", 1)[0])
-            level = entry.stream.count(".") - 1  # sn-tree:hops:dispatcher.d0 is level 0
-            HOP_SECONDS.labels(level=str(level)).observe(max(0.0, now_ms - arrived_ms) / 1000)
 
 
 def _by_dispatcher(entries: list[Entry]) -> list[list[Entry]]:

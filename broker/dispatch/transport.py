@@ -146,10 +146,12 @@ def acknowledge(entries: Iterable[Entry], pipeline) -> None:
 
 
 def claim_stale(
-    consumer: str, streams: list[str], *, count: int = 500, idle_ms: int = CLAIM_IDLE_MS
+    consumer: str, streams: list[str], *, count: int = 500, idle_ms: int | None = None
 ) -> list[Entry]:
     """Entries other consumers took and left unacknowledged for `idle_ms` (they died,
-    or failed): now `consumer`'s. Those tried MAX_ATTEMPTS times are set aside."""
+    or failed; CLAIM_IDLE_MS unless given): now `consumer`'s. Those tried MAX_ATTEMPTS
+    times are set aside."""
+    idle_ms = CLAIM_IDLE_MS if idle_ms is None else idle_ms
     client, claimed = broker_redis(), []
     for stream in streams:
         try:

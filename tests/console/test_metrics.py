@@ -8,13 +8,11 @@ from datetime import timedelta
 import pytest
 from django.core.cache import cache
 from django.utils import timezone
-from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.api import token_failures_key
 from broker.audit import Actor
-from broker.dispatch import consumer
-from broker.dispatch.transport import Entry, RouteHop
+from broker.dispatch import latency, transport
 from broker.services.operators import issue_operator_token
 from console.metrics import DELIVERY_COUNTS_KEY
 from console.processes import Role, announce_once
@@ -108,14 +106,22 @@ def test_with_the_database_down_a_scrape_is_503_not_a_failure(client, monkeypatc
     assert scrape(client, "sno_whatever").status_code == 503
 
 
-def test_a_routed_hop_is_timed_from_its_arrival_in_the_stream(monkeypatch):
-    monkeypatch.setattr(consumer.time, "time", lambda: 1_800_000_000.25)
-    hop = RouteHop(dispatcher_id=3, events=[], direction="down")
-    leaf = Entry("sn-tree:hops:dispatcher.d0.1.0", b"1800000000000-0", hop)
-    before = hop_seconds_sum()
-    consumer._observe_hop_ages([leaf, Entry(leaf.stream, b"1800000000000-1", None)])
-    assert hop_seconds_sum() - before == pytest.approx(0.25)
-
-
-def hop_seconds_sum() -> float:
-    return REGISTRY.get_sample_value("sn_hop_seconds_sum", {"level": "2"}) or 0.0
+def test_routed_hops_are_timed_from_their_arrival_for_the_whole_deployment(client):
+    redis = transport.broker_redis()
+    redis.delete(*redis.scan_iter(f"{latency.KEY_PREFIX}*"))
+    pipeline = redis.pipeline()
+    leaf = "sn-tree:hops:dispatcher.d0.1.0"
+    arrivals = [(leaf, b"1800000000000-0"), (leaf, b"1799999999000-1")]  # 0.25 s, 1.25 s
+    latency.record(pipeline, arrivals, now_s=1_800_000_000.25)
+    latency.record(pipeline, [("sn-tree:hops:dispatcher.d0", b"1800000000250-0")],
+                   now_s=1_800_000_000.25)  # fmt: skip
+    pipeline.execute()
+    auditor = create_member(AUDITOR)
+    token = issue_operator_token(user=auditor, label="prometheus", actor=ISSUER)
+    found = samples(scrape(client, token))
+    leaves = (("level", "2"),)
+    assert found[("sn_hop_seconds_count", leaves)] == 2
+    assert found[("sn_hop_seconds_sum", leaves)] == pytest.approx(1.5)
+    assert found[("sn_hop_seconds_bucket", (("le", "0.25"), ("level", "2")))] == 1
+    assert found[("sn_hop_seconds_bucket", (("le", "2.5"), ("level", "2")))] == 2
+    assert found[("sn_hop_seconds_bucket", (("le", "0.005"), ("level", "0")))] == 1
