@@ -36,16 +36,32 @@ log = logging.getLogger(__name__)
 def uncovered_queues(own: Iterable[str]) -> list[str]:
     """The dispatcher queues that no tree worker on time serves, but for `own`; with
     Redis down, none (nothing can be routed then anyway)."""
-    try:
-        announcements = processes.announced()
-    except RedisError:
-        return []
-    now = time.time()
-    covered = set(own)
-    for announcement in announcements:
-        if announcement.role == processes.Role.TREE_WORKER and not announcement.is_late(now):
-            covered.update(announcement.serves)
+    covered = set(own) | _served_on_time()
     return [queue for queue in _tree_queues() if queue not in covered]
+
+
+_served: tuple[float, set[str]] = (-CHECK_S, set())
+_served_lock = threading.Lock()
+
+
+def _served_on_time() -> set[str]:
+    """The dispatcher queues tree workers on time serve, read at most every CHECK_S
+    for the whole process (its hop-consumer threads all ask every second)."""
+    global _served
+    with _served_lock:
+        read_at, served = _served
+        if time.monotonic() - read_at < CHECK_S:
+            return served
+        try:
+            announcements = processes.announced()
+        except RedisError:
+            return set(_tree_queues())  # nothing is taken over while Redis is down
+        now, served = time.time(), set()
+        for announcement in announcements:
+            if announcement.role == processes.Role.TREE_WORKER and not announcement.is_late(now):
+                served.update(announcement.serves)
+        _served = (time.monotonic(), served)
+        return served
 
 
 _tree: tuple[float, list[str]] = (0.0, [])

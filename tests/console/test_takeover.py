@@ -29,6 +29,7 @@ def no_announcements(monkeypatch):
     workers are cleared)."""
     ensure_tree()
     monkeypatch.setattr(takeover, "_tree", (0.0, []))
+    monkeypatch.setattr(takeover, "CHECK_S", 0.0)  # the announcements read at every call
     monkeypatch.setattr(processes, "_withdrawn", threading.Event())
 
     def clear() -> None:
