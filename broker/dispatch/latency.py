@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -43,8 +43,9 @@ def record(pipeline, arrivals: Iterable[tuple[str, bytes]], *, now_s: float | No
         by_level[level].append(max(0.0, now_ms - arrived_ms) / 1000)
     for level, ages in by_level.items():
         key = f"{KEY_PREFIX}{level}"
-        for age in ages:
-            pipeline.hincrby(key, f"b{bisect.bisect_left(BUCKETS_S, age)}", 1)
+        # One command per bucket, not per hop: a batch holds up to hundreds of hops.
+        for bucket, count in Counter(bisect.bisect_left(BUCKETS_S, age) for age in ages).items():
+            pipeline.hincrby(key, f"b{bucket}", count)
         pipeline.hincrbyfloat(key, "sum", sum(ages))
 
 
