@@ -28,14 +28,17 @@ def agent_url(base_url: str) -> str:
     return base_url.replace("http://", "ws://") + "/ws/agent/v1/"
 
 
-def wait_for(condition, what: str, timeout_s: float = 30.0) -> None:
-    """Poll `condition` until it holds; fail naming `what` after `timeout_s`."""
+def wait_for(condition, what: str, timeout_s: float = 30.0, *, explain=None):
+    """Poll `condition` until it holds; return what it returned. After `timeout_s`,
+    fail naming `what` (and what `explain()` finds, if given)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if condition():
-            return
+        found = condition()
+        if found:
+            return found
         time.sleep(0.1)
-    raise AssertionError(f"timed out waiting until {what}")
+    found = f" (found {explain()})" if explain else ""
+    raise AssertionError(f"timed out waiting until {what}{found}")
 
 
 def close_code(ws) -> int:

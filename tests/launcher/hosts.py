@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,24 +19,10 @@ from pathlib import Path
 import psutil
 
 from launcher.supervisor import die_with_parent
+from tests.broker.agent_helpers import wait_for
 from tests.conftest import ROOT, free_port
 
 START_TIMEOUT_S = 120.0
-
-
-def wait_until(
-    condition, what: str, timeout_s: float = START_TIMEOUT_S, every_s: float = 0.2, explain=None
-):
-    """Poll `condition` until it returns something true; return that. On a time-out,
-    say what `explain()` finds."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(every_s)
-    found = f" (found {explain()})" if explain else ""
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting until {what}{found}")
 
 
 @dataclass
@@ -102,7 +87,7 @@ def redis_on_tcp(folder: Path) -> tuple[str, Service]:
     url = f"redis://127.0.0.1:{port}/0"
     import redis
 
-    wait_until(lambda: _answers(redis.Redis.from_url(url)), "Redis answers", timeout_s=30)
+    wait_for(lambda: _answers(redis.Redis.from_url(url)), "Redis answers", timeout_s=30)
     return url, Service("Redis", [process])
 
 
@@ -150,7 +135,8 @@ def spark_cluster(folder: Path, *, workers: int = 2) -> tuple[str, Service, list
         commands.append(worker)
         processes.append(_start(worker, env, folder / f"worker-{index}.log"))
     alive = f"http://127.0.0.1:{ui_port}/json/"
-    wait_until(lambda: _alive_workers(alive) == workers, f"{workers} Spark workers registered")
+    registered = f"{workers} Spark workers registered"
+    wait_for(lambda: _alive_workers(alive) == workers, registered, timeout_s=START_TIMEOUT_S)
     return url, Service("Spark", processes), commands
 
 

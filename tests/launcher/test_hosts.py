@@ -23,13 +23,14 @@ import psycopg
 import pytest
 import redis
 
+from tests.broker.agent_helpers import wait_for
 from tests.conftest import ROOT, free_port
 from tests.launcher.hosts import (
+    START_TIMEOUT_S,
     Host,
     postgres_on_tcp,
     redis_on_tcp,
     spark_cluster,
-    wait_until,
 )
 
 SERVERS = 40
@@ -138,11 +139,13 @@ def _start_hosts(deployment: Deployment) -> None:
                        SPARK_SHUFFLE_PARTITIONS="4")  # two one-core workers  # fmt: skip
     deployment.start("reports", "reports-worker", env=reports_env)
     for port in deployment.web_ports.values():
-        wait_until(lambda port=port: _healthy(port), f"the web host on {port} is healthy")
+        healthy = f"the web host on {port} is healthy"
+        wait_for(lambda port=port: _healthy(port), healthy, timeout_s=START_TIMEOUT_S)
     web_a = str(deployment.web_ports["web-a"])
     deployment.start("fleet", "fleet", "--host", "127.0.0.1", "--port", web_a,
                      "--agents", str(SERVERS))  # fmt: skip
-    wait_until(lambda: _tree_workers(deployment) == 2, "both tree workers announce themselves")
+    both = "both tree workers announce themselves"
+    wait_for(lambda: _tree_workers(deployment) == 2, both, timeout_s=START_TIMEOUT_S)
 
 
 def _healthy(port: int) -> bool:
@@ -261,7 +264,7 @@ def settle(deployment: Deployment, event: str, expected: int, what: str) -> None
         )
         return f"{deliveries(deployment, event)}, results {results}"
 
-    wait_until(settled, what, explain=explain)
+    wait_for(settled, what, timeout_s=START_TIMEOUT_S, explain=explain)
 
 
 STATUS = {"kind": "command", "action": "status"}  # every server answers it
@@ -314,7 +317,8 @@ def reports_on_the_cluster_equal_local_ones(deployment: Deployment, *, spark_mas
         "SELECT state, error, spark_master FROM reports_reportrun WHERE id = %s "
         "AND state IN ('done', 'failed')", run_id,
     )  # fmt: skip
-    [(state, error, master)] = wait_until(finished, "the report ran on the cluster")
+    ran = "the report ran on the cluster"
+    [(state, error, master)] = wait_for(finished, ran, timeout_s=START_TIMEOUT_S)
     print(f"the reach report on the cluster: {time.monotonic() - queued:.0f} s")
     assert (state, error, master) == ("done", "", spark_master)
     local_env = dict(deployment.env, SPARK_MASTER="local[1]", SPARK_DRIVER_MEMORY="1g")
@@ -365,15 +369,15 @@ def a_tree_host_dies(deployment: Deployment, national: Sender, *, left_servers: 
     killed_at = time.monotonic()
     deployment.hosts["tree-a"].kill()
     after_kill = publish(deployment, national, STATUS, "")
-    wait_until(
+    wait_for(
         lambda: received(deliveries(deployment, after_kill), "d0.0") == left_servers,
-        "the dead host's leaves deliver again", timeout_s=60, every_s=0.1,
+        "the dead host's leaves deliver again", timeout_s=60,
     )  # fmt: skip
     takeover_s = time.monotonic() - killed_at
     print(f"the dead host's leaves delivered again {takeover_s:.1f} s after the kill")
     # Said on the health page from tree-b's next beat on.
     covering = lambda: _covered_by(deployment, "tree-b") == LEFT_QUEUES  # noqa: E731
-    wait_until(covering, "tree-b says it covers d0.0", timeout_s=10)
+    wait_for(covering, "tree-b says it covers d0.0", timeout_s=10)
     for event in (in_flight, after_kill):
         settle(deployment, event, SERVERS, "nothing is lost")
     after = deployment.sql("SELECT count(*) FROM broker_delivery")[0][0]
@@ -381,5 +385,6 @@ def a_tree_host_dies(deployment: Deployment, national: Sender, *, left_servers: 
           f"{after} (+{after - before} = 2 events x {SERVERS} servers)")  # fmt: skip
     assert after - before == 2 * SERVERS
     deployment.hosts["tree-a"].start(deployment.env)  # the host is back: handed back
-    wait_until(lambda: _covered_by(deployment, "tree-b") == [], "tree-b hands d0.0 back")
+    handed_back = lambda: _covered_by(deployment, "tree-b") == []  # noqa: E731
+    wait_for(handed_back, "tree-b hands d0.0 back", timeout_s=START_TIMEOUT_S)
     return takeover_s
