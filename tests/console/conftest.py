@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from broker.reads.directory import forget_directory
+from console.health import redis_client
+from console.processes import KEY_PREFIX
 from tests.cast import (
     AUDITOR,
     OPERATOR,
@@ -21,6 +23,21 @@ def fresh_directory_per_test():
     forget_directory()
     yield
     forget_directory()
+
+
+@pytest.fixture
+def no_announcements():
+    """The test's own process announcements only (those of the suite's workers are
+    cleared before and after it)."""
+
+    def clear() -> None:
+        client = redis_client()
+        for key in client.scan_iter(f"{KEY_PREFIX}*"):
+            client.delete(key)
+
+    clear()
+    yield
+    clear()
 
 
 def logged_in(client, member):

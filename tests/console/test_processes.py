@@ -15,21 +15,7 @@ from console.processes import KEY_PREFIX, Role, announce_once
 from reports.models import ReportRun
 from tests.cast import log_in_proved
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def no_announcements():
-    """The test's own announcements only (those of the suite's workers are cleared)."""
-
-    def clear() -> None:
-        client = redis_client()
-        for key in client.scan_iter(f"{KEY_PREFIX}*"):
-            client.delete(key)
-
-    clear()
-    yield
-    clear()
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_announcements")]
 
 
 def listed() -> list[dict]:

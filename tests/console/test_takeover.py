@@ -13,8 +13,7 @@ from broker.dispatch.consumer import HopConsumer
 from broker.dispatch.transport import RouteHop
 from broker.services.tree import ensure_tree
 from console import processes, takeover
-from console.health import redis_client
-from console.processes import KEY_PREFIX, Role, announce_once
+from console.processes import Role, announce_once
 
 pytestmark = pytest.mark.django_db
 
@@ -24,22 +23,12 @@ RIGHT_ALONE = RIGHT[1:]
 
 
 @pytest.fixture(autouse=True)
-def no_announcements(monkeypatch):
-    """The default tree, and the test's own announcements only (those of the suite's
-    workers are cleared)."""
+def default_tree_read_afresh(monkeypatch, no_announcements):
+    """The default tree, read afresh, and the test's own announcements only."""
     ensure_tree()
     monkeypatch.setattr(takeover, "_tree", (0.0, []))
     monkeypatch.setattr(takeover, "CHECK_S", 0.0)  # the announcements read at every call
     monkeypatch.setattr(processes, "_withdrawn", threading.Event())
-
-    def clear() -> None:
-        client = redis_client()
-        for key in client.scan_iter(f"{KEY_PREFIX}*"):
-            client.delete(key)
-
-    clear()
-    yield
-    clear()
 
 
 def announce_worker(settings, host: str, serves: list[str], *, seconds_ago: float = 0) -> None:
