@@ -18,6 +18,7 @@ from reports import services, spark
 from reports.compaction import compact_dataset
 from reports.export import dataset_root, export_changes
 from reports.jobs import job
+from reports.results import Params, Result
 
 logger = logging.getLogger(__name__)
 HEARTBEAT_S = 1.0
@@ -50,10 +51,9 @@ def _run(run, beat: Heartbeat) -> None:
     timings["startup"] = spark.warm_up()
     beat.set("compacting the dataset", STARTUP_PART[1])
     compact_dataset(spark.session(), dataset_root())
-    data = spark.Dataset(spark.session(), dataset_root())
     started = time.monotonic()
-    with spark.ProgressWatcher(data.spark, beat.within(*JOB_PART)):
-        result = job(run.kind).run(data, services.params_of(run))
+    with spark.ProgressWatcher(spark.session(), beat.within(*JOB_PART)):
+        result = compute(run.kind, services.params_of(run))
     timings["job"] = time.monotonic() - started
     beat.set("storing the results", JOB_PART[1])
     services.store_result(
@@ -61,8 +61,15 @@ def _run(run, beat: Heartbeat) -> None:
         result=result,
         data_as_of=export.at,
         timings=timings,
-        spark_master=data.spark.sparkContext.master,
+        spark_master=spark.session().sparkContext.master,
     )
+
+
+def compute(kind: str, params: Params) -> Result:
+    """The report `kind` over the dataset, in this process's warm session, as a run
+    computes it (the benchmark times this)."""
+    data = spark.Dataset(spark.session(), dataset_root())
+    return job(kind).run(data, params)
 
 
 def describe_error(error: BaseException) -> str:
