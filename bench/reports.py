@@ -211,8 +211,11 @@ def within_budget(results: dict, args: argparse.Namespace) -> bool:
 def budget_misses(figures: dict, size: int, args: argparse.Namespace) -> list[str]:
     cold = figures["startup_s"] + seconds_of(figures, "first")
     misses = [f"start-up and first run {cold:.1f} s"] if cold > args.budget_s else []
-    limit = args.warm_budget_s if size == args.baseline_size else None
-    limit = args.large_budget_s if size == max(args.sizes) else limit
+    limit = None
+    if size == args.baseline_size:
+        limit = args.warm_budget_s
+    elif size == max(args.sizes):
+        limit = args.large_budget_s
     for run in WARM_RUNS:
         took = seconds_of(figures, run)
         if limit is not None and took > limit:

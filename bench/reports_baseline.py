@@ -656,14 +656,13 @@ def _window_hops(db: Duck, params: Params) -> str:
 
 
 def _measured_hops(hops: str) -> str:
-    """Each hop with `latency_ms` (null when not measured) and `entered` (1 for an
+    """Each hop with `latency_us` (null when not measured) and `entered` (1 for an
     event's first hop: up, with no hop below it), its event's hops side by side."""
     fields = ", ".join(f"'{name}': {_quoted(name)}" for name in HOP_FIELDS)
     measured = f"list_transform(hops, lambda x: struct_insert(x, previous_at := {PREVIOUS_AT}))"
     per_event = f"SELECT event_id, list({{{fields}}}) AS hops FROM ({hops}) GROUP BY event_id"
-    latency_ms = f"{_micros_between('previous_at', AT)} / 1000.0"
     return (
-        f"SELECT *, {latency_ms} AS latency_ms, "
+        f"SELECT *, {_micros_between('previous_at', AT)} AS latency_us, "
         "(direction = 'up' AND previous_at IS NULL)::BIGINT AS entered "
         f"FROM (SELECT unnest({measured}, max_depth := 2) FROM ({per_event}))"
     )
@@ -671,13 +670,14 @@ def _measured_hops(hops: str) -> str:
 
 def _traffic(hops: str) -> str:
     """Traffic per dispatcher (grouping 0), per level (1) and overall (3), in one pass;
-    hop latency's p50 and p95 by nearest rank (tree.LATENCY_ACCURACY: Spark's are exact
-    on groups up to that many hops, these on any)."""
+    hop latency's p50 and p95 exact (interpolated), in milliseconds."""
+    fractions = ", ".join(str(fraction) for fraction in tree_job.PERCENTILES.values())
+    latency = f"list_transform(quantile_cont(latency_us, [{fractions}]), lambda v: v / 1000.0)"
     return (
         'SELECT depth, dispatcher_id, GROUPING(depth, dispatcher_id) AS "grouping", '
         "count(*) AS routed, sum(entered) AS entered, sum(wasted) AS wasted, "
         "sum(delivered) AS delivered, sum(forwarded) AS forwards, "
-        "count(latency_ms) AS latency_hops, quantile_disc(latency_ms, [0.5, 0.95]) AS latency "
+        f"count(latency_us) AS latency_hops, {latency} AS latency "
         f"FROM ({hops}) GROUP BY ROLLUP (depth, dispatcher_id)"
     )
 

@@ -322,7 +322,7 @@ REPORTS_QUEUE = reports.QUEUE
 # The beat runs every report over the last day this often.
 REPORTS_INTERVAL_S = env_int("REPORTS_INTERVAL_S", 3600, minimum=60)
 # Partitions of a report's shuffles: Spark's 200 suit a big cluster; a small one (or
-# one machine) spends longer starting 200 tasks than on the data. 0: 8 on local[*],
+# one machine) spends longer starting 200 tasks than on the data. 0: one per core on local,
 # Spark's 200 on a cluster; set it to 2 to 3 times the cluster's executor cores.
 SPARK_SHUFFLE_PARTITIONS = env_int("SPARK_SHUFFLE_PARTITIONS", 0, minimum=0)
 

@@ -68,7 +68,7 @@ def _run(run, beat: Heartbeat) -> None:
 def compute(kind: str, params: Params) -> Result:
     """The report `kind` over the dataset, in this process's warm session, as a run
     computes it (the benchmark times this)."""
-    data = spark.Dataset(spark.session(), dataset_root())
+    data = spark.Dataset(spark.session(), dataset_root(), keep=True)
     return job(kind).run(data, params)
 
 

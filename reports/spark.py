@@ -8,6 +8,7 @@ once, when it starts, and every report after that finds the session ready.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from pathlib import Path
 from django.conf import settings
 
 from reports.dataset import TABLES, batches
+from reports.kept import kept_table
 
 _session = None
 _session_lock = threading.Lock()
@@ -59,8 +61,10 @@ def _build_session():
         .config("spark.driver.memory", settings.SPARK_DRIVER_MEMORY)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
+        # The console's progress bar on stderr: the run's own progress is on its page.
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(_shuffle_partitions()))
-        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.sql.adaptive.enabled", str(not _is_local()).lower())
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -69,35 +73,54 @@ def _build_session():
 
 def _shuffle_partitions() -> int:
     # Spark's default of 200 shuffle partitions is made for big clusters; on one
-    # machine a few per core do better (SPARK_SHUFFLE_PARTITIONS chooses).
+    # machine one per core does better (SPARK_SHUFFLE_PARTITIONS chooses).
     if settings.SPARK_SHUFFLE_PARTITIONS:
         return settings.SPARK_SHUFFLE_PARTITIONS
-    if settings.SPARK_MASTER.startswith("local"):
-        return 8
+    if _is_local():
+        return _local_cores()
     return 200
 
 
-class Dataset:
-    """The dataset's tables as DataFrames: per id the latest row version only."""
+def _is_local() -> bool:
+    """Whether Spark runs in this process's JVM (local[...]). There, adaptive query
+    execution is off: re-planning every stage cost 0.1 to 0.2 s per query on two cores,
+    more than it saved on data of one machine; a cluster keeps it (it coalesces the
+    200 partitions and splits skewed ones)."""
+    return settings.SPARK_MASTER.startswith("local")
 
-    def __init__(self, spark, root: Path) -> None:
+
+def _local_cores() -> int:
+    threads = settings.SPARK_MASTER.removeprefix("local").strip("[]").split(",")[0]
+    return int(threads) if threads.isdigit() else os.cpu_count() or 1
+
+
+class Dataset:
+    """The dataset's tables as DataFrames: per id the latest row version only. With
+    `keep`, tables are kept in the session's memory between Datasets (reports.kept),
+    as the reports worker reads them."""
+
+    def __init__(self, spark, root: Path, *, keep: bool = False) -> None:
         self.spark = spark
         self.root = Path(root)
+        self.keep = keep
         self._frames: dict = {}
 
     def table(self, name: str):
         """The table `name` (see reports.dataset.TABLES), read once per Dataset."""
         if name not in self._frames:
-            self._frames[name] = self._read(name)
+            self._frames[name] = kept_table(self, name) if self.keep else self.read(name)
         return self._frames[name]
 
-    def _read(self, name: str):
+    def read(self, name: str, *, only: list[Path] | None = None):
+        """The table `name` read from its files now (`only` these batches of it)."""
         table = TABLES[name]
         folder = self.root / name
         if not _has_parquet(folder):
             return self.spark.createDataFrame([], _spark_schema(table))
-        frame = self.spark.read.schema(_spark_schema(table)).parquet(str(folder))
-        if table.incremental and len(batches(folder)) > 1:
+        paths = [str(path) for path in only] if only else [str(folder)]
+        reader = self.spark.read.schema(_spark_schema(table)).option("basePath", str(folder))
+        frame = reader.parquet(*paths)
+        if table.incremental and len(only or batches(folder)) > 1:
             frame = _latest_versions(frame)
         return frame.select(*table.column_names)
 

@@ -49,12 +49,13 @@ def receivers(data: Dataset, params: Params) -> DataFrame:
     return clients
 
 
-def window_deliveries(data: Dataset, params: Params, events: DataFrame) -> DataFrame:
+def window_deliveries(data: Dataset, params: Params, events: DataFrame, *carried: str) -> DataFrame:
     """The deliveries of `events` (a window's, small next to deliveries) to the run's
-    receivers, with the receiver's name, region and leaf dispatcher."""
-    deliveries = data.table("deliveries").join(
-        F.broadcast(events.select(F.col("id").alias("event_id"))), "event_id"
-    )
+    receivers, with the receiver's name, region and leaf dispatcher, and the `carried`
+    columns of their event (one join brings them all: a join on the event's id, text,
+    costs more than anything else per delivery)."""
+    described = events.select(F.col("id").alias("event_id"), *carried)
+    deliveries = data.table("deliveries").join(F.broadcast(described), "event_id")
     return deliveries.join(F.broadcast(receivers(data, params)), "receiver_id")
 
 

@@ -50,13 +50,7 @@ GROUPINGS = {"by_hops": "hops", "by_region": "region", "overall": None}
 def run(data: Dataset, params: Params) -> Result:
     """The latency report over the deliveries of the events published in the window."""
     events = frames.window_events(data, params)
-    hops = _hops_between_leaves(data).cache()
-    deliveries = _with_hops(data, params, events, hops).cache()
-    try:
-        figures = _figures_by_group(deliveries)
-    finally:
-        deliveries.unpersist()
-        hops.unpersist()
+    figures = _figures_by_group(_with_hops(data, params, events, _hops_between_leaves(data)))
     sections = {name: _section_rows(figures, name, key) for name, key in GROUPINGS.items()}
     overall = sections["overall"][0] if sections["overall"] else {}
     summary = {
@@ -74,11 +68,9 @@ def _with_hops(data: Dataset, params: Params, events: DataFrame, hops: DataFrame
     senders = data.table("clients").select(
         F.col("id").alias("sender_id"), F.col("dispatcher_id").alias("sender_dispatcher")
     )
-    published = events.select(F.col("id").alias("event_id"), "published_at")
-    deliveries = (
-        frames.window_deliveries(data, params, events)
-        .join(F.broadcast(published), "event_id")
-        .join(F.broadcast(senders), "sender_id", "left")
+    described = events.join(senders, "sender_id", "left")
+    deliveries = frames.window_deliveries(
+        data, params, described, "published_at", "sender_dispatcher"
     )
     return deliveries.join(
         F.broadcast(hops), ["sender_dispatcher", "receiver_dispatcher"], "left"
@@ -129,7 +121,7 @@ def _hops_between_leaves(data: Dataset) -> DataFrame:
     )
 
 
-def _figures_by_group(deliveries: DataFrame) -> list:
+def _figures_by_group(deliveries: DataFrame) -> list[dict]:
     """Every grouping's counts and percentiles of both delays, in one computation."""
     by_measure = F.explode(
         F.array(
@@ -144,11 +136,12 @@ def _figures_by_group(deliveries: DataFrame) -> list:
     )
     fractions = dict(PERCENTILES)
     figures = percentiles.percentiles(values, GROUPINGS, fractions)
-    in_seconds = (frames.seconds(F.col(name)).alias(name) for name in fractions)
-    return figures.select("grouping", "key", "series", "count", *in_seconds).collect()
+    for figure in figures:
+        figure.update({name: figure[name] / frames.MICROS for name in fractions})
+    return figures
 
 
-def _section_rows(figures: list, grouping: str, key: str | None) -> list[dict]:
+def _section_rows(figures: list[dict], grouping: str, key: str | None) -> list[dict]:
     """One row per key of the grouping: the count and percentiles of each measure."""
     rows: dict[str, dict] = {}
     for figure in figures:

@@ -1,51 +1,71 @@
 """Exact percentiles of large groups, by aggregation rather than by sorting every value
 of a group (Spark's own `percentile` keeps each group's distinct values in a hash map,
-and took minutes over ten million deliveries).
+and took minutes over ten million deliveries), in two Spark queries.
 
-One pass counts the values in bins that widen with the value (1/BINS_PER_DOUBLING of a
-doubling wide: a few thousand bins per group, whatever the spread), per finest group;
-coarser groupings add those counts up, without reading the values again. Running
-totals over the counts say which bin holds each rank wanted; a second pass sorts only
-the values of those bins. A percentile interpolates between the two nearest ranks, as
-Spark's `percentile` and numpy's default ("linear") do: at position p * (n - 1) of the
-sorted values, low + (position - floor(position)) * (high - low).
+The first counts the values in bins that widen with the value (1/BINS_PER_DOUBLING of
+a doubling wide: a few thousand bins per group, whatever the spread), per group of
+every grouping, and brings each group's counts to the driver (a few thousand numbers
+per group, not its values). There, running totals say which bin holds each rank wanted
+and where in the bin it is. The second query sorts only the values of those bins and
+brings back only the values at those ranks. A percentile interpolates between the two
+nearest ranks, as Spark's `percentile` and numpy's default ("linear") do: at position
+p * (n - 1) of the sorted values, low + (position - floor(position)) * (high - low).
 """
 
 from __future__ import annotations
 
-from functools import reduce
+import math
+from bisect import bisect_right
+from collections import defaultdict
+from dataclasses import dataclass, field
+from itertools import accumulate
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 BINS_PER_DOUBLING = 128
 GROUP = ["grouping", "key", "series"]
+SEPARATOR = "\x1f"  # between the parts of a bin's name (never in a group's key)
+
+
+@dataclass
+class Histogram:
+    """One group's counts per bin, the bins in ascending order."""
+
+    bins: list[int]
+    counts: list[int]
+    ends: list[int] = field(init=False)  # running totals: the ranks each bin ends at
+
+    def __post_init__(self) -> None:
+        self.ends = list(accumulate(self.counts))
+
+    @property
+    def total(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+    def locate(self, rank: int) -> tuple[int, int]:
+        """The bin holding the `rank`-th smallest value (0 first), and its offset there."""
+        index = bisect_right(self.ends, rank)
+        before = self.ends[index - 1] if index else 0
+        return self.bins[index], rank - before
 
 
 def percentiles(
     values: DataFrame, groupings: dict[str, str | None], fractions: dict[str, float]
-) -> DataFrame:
+) -> list[dict]:
     """Percentiles of `value` per `series` (a column of `values`) and per group of each
     grouping: name -> the column whose values are its groups (as text), or None for
-    one group of everything (key ""). Returns grouping, key, series, `count` (of
-    non-null values) and one column per name of `fractions`. Groups without values
+    one group of everything (key ""). Returns dicts of grouping, key, series, `count`
+    (of non-null values) and one value per name of `fractions`. Groups without values
     are left out."""
     binned = values.where(F.col("value").isNotNull()).withColumn("bin", _bin(F.col("value")))
-    columns = [column for column in groupings.values() if column]
-    finest = binned.groupBy(*columns, "series", "bin").agg(F.count(F.lit(1)).alias("n"))
-    counts = reduce(
-        DataFrame.unionByName,
-        (_regrouped(finest, name, column) for name, column in groupings.items()),
-    )
-    targets = _ranks_wanted(_spans(counts), fractions)
-    in_order = Window.partitionBy(*GROUP, "bin", "name", "end").orderBy("value")
-    found = (
-        _in_groups(binned, groupings)
-        .join(F.broadcast(targets), [*GROUP, "bin"])
-        .withColumn("offset", F.row_number().over(in_order) - 1)
-        .where(F.col("offset") == F.col("rank") - F.col("start"))
-    )
-    return _interpolated(found, fractions)
+    histograms = _histograms(binned, groupings)
+    wanted = {group: _ranks(h.total, fractions) for group, h in histograms.items()}
+    found = _values_at(binned, groupings, histograms, wanted)
+    return [
+        _interpolated(group, histograms[group].total, wanted[group], found, fractions)
+        for group in sorted(histograms)
+    ]
 
 
 def _bin(value: Column) -> Column:
@@ -58,16 +78,9 @@ def _key(column: str | None) -> Column:
     return F.col(column).cast("string") if column else F.lit("")
 
 
-def _regrouped(finest: DataFrame, name: str, column: str | None) -> DataFrame:
-    """The finest counts added up into the grouping's groups."""
-    return finest.groupBy(
-        F.lit(name).alias("grouping"), _key(column).alias("key"), "series", "bin"
-    ).agg(F.sum("n").alias("n"))
-
-
-def _in_groups(binned: DataFrame, groupings: dict[str, str | None]) -> DataFrame:
-    """Each value once per grouping, with its group there (one small bin of them is
-    all that is kept of each after the join with the bins wanted)."""
+def _in_groups(frame: DataFrame, groupings: dict[str, str | None], *columns: str) -> DataFrame:
+    """Each row of `frame` once per grouping, with its group there: grouping, key,
+    series and `columns`."""
     per_grouping = F.explode(
         F.array(
             *(
@@ -76,53 +89,95 @@ def _in_groups(binned: DataFrame, groupings: dict[str, str | None]) -> DataFrame
             )
         )
     )
-    return binned.select("series", "bin", "value", per_grouping.alias("g")).select(
-        "g.grouping", "g.key", "series", "bin", "value"
+    return frame.select("series", *columns, per_grouping.alias("g")).select(
+        "g.grouping", "g.key", "series", *columns
     )
 
 
-def _spans(counts: DataFrame) -> DataFrame:
-    """Per group and bin: the ranks it holds, [start, start + n), and the group's count."""
-    group = Window.partitionBy(*GROUP)
-    so_far = group.orderBy("bin").rowsBetween(Window.unboundedPreceding, 0)
-    return counts.select(
-        *GROUP,
-        "bin",
-        (F.sum("n").over(so_far) - F.col("n")).alias("start"),
-        F.col("n"),
-        F.sum("n").over(group).alias("count"),
+def _histograms(binned: DataFrame, groupings: dict[str, str | None]) -> dict[tuple, Histogram]:
+    """The first query: per group, its counts per bin. The values are counted per
+    finest group and bin first; the groupings add those counts up."""
+    finest = [column for column in groupings.values() if column]
+    counted = binned.groupBy(*finest, "series", "bin").agg(F.count(F.lit(1)).alias("n"))
+    regrouped = _in_groups(counted, groupings, "bin", "n").groupBy(*GROUP, "bin").sum("n")
+    per_group = regrouped.groupBy(*GROUP).agg(
+        F.sort_array(F.collect_list(F.struct("bin", F.col("sum(n)").alias("n")))).alias("bins")
     )
+    return {
+        (row["grouping"], row["key"], row["series"]): Histogram(
+            [b["bin"] for b in row["bins"]], [b["n"] for b in row["bins"]]
+        )
+        for row in per_group.collect()
+    }
 
 
-def _ranks_wanted(spans: DataFrame, fractions: dict[str, float]) -> DataFrame:
-    """The bins holding the two ranks around each percentile's position, with the
-    rank (0 for the smallest) each must give; `end` says which of the two it is."""
-    wanted = spans.sparkSession.createDataFrame(
-        list(fractions.items()), "name string, fraction double"
-    )
-    position = F.col("fraction") * (F.col("count") - 1)
-    ends = F.array(
-        F.struct(F.lit("low").alias("end"), F.floor(position).alias("rank")),
-        F.struct(F.lit("high").alias("end"), F.ceil(position).alias("rank")),
-    )
-    spots = spans.crossJoin(F.broadcast(wanted)).select(
-        *GROUP, "bin", "start", "n", "count", "name", position.alias("position"),
-        F.explode(ends).alias("spot"),
-    )  # fmt: skip
-    rank = F.col("spot.rank")
-    inside = (rank >= F.col("start")) & (rank < F.col("start") + F.col("n"))
-    return spots.where(inside).select(
-        *GROUP, "bin", "start", "count", "name", "position",
-        F.col("spot.end").alias("end"), rank.alias("rank"),
-    )  # fmt: skip
+def _ranks(count: int, fractions: dict[str, float]) -> dict[str, tuple[float, int, int]]:
+    """Per fraction: its position among `count` sorted values, and the ranks around it."""
+    ranks = {}
+    for name, fraction in fractions.items():
+        position = fraction * (count - 1)
+        ranks[name] = (position, math.floor(position), math.ceil(position))
+    return ranks
 
 
-def _interpolated(found: DataFrame, fractions: dict[str, float]) -> DataFrame:
-    ends = found.groupBy(*GROUP, "count", "name", "position").agg(
-        F.min("value").alias("low_value"), F.max("value").alias("high_value")
+def _values_at(
+    binned: DataFrame, groupings: dict, histograms: dict, wanted: dict
+) -> dict[tuple, float]:
+    """The second query: (group, rank) -> the value of that rank, for every rank wanted."""
+    places = {
+        (group, rank): _place(group, histograms[group], rank)
+        for group, ranks in wanted.items()
+        for _, low, high in ranks.values()
+        for rank in (low, high)
+    }
+    offsets = defaultdict(set)  # a bin's name -> the offsets wanted in it
+    for bin_name, offset in places.values():
+        offsets[bin_name].add(offset)
+    if not offsets:
+        return {}
+    found = _picked(binned, groupings, offsets)
+    return {group_rank: found[place] for group_rank, place in places.items()}
+
+
+def _place(group: tuple, histogram: Histogram, rank: int) -> tuple[str, int]:
+    """The name of the bin holding a group's rank, and the rank's offset there."""
+    bin_, offset = histogram.locate(rank)
+    return SEPARATOR.join([*group, str(bin_)]), offset
+
+
+def _picked(binned: DataFrame, groupings: dict, offsets: dict[str, set[int]]) -> dict:
+    """(bin's name, offset) -> the value there, for the `offsets` wanted in each bin.
+    Only values whose series and bin some group wants are spread over the groupings."""
+    series_bins = {tuple(name.split(SEPARATOR)[2:]) for name in offsets}
+    candidates = binned.where(
+        F.concat_ws(SEPARATOR, "series", F.col("bin").cast("string")).isin(
+            [SEPARATOR.join(pair) for pair in series_bins]
+        )
     )
-    between = F.col("position") - F.floor("position")
-    value = F.col("low_value") + between * (F.col("high_value") - F.col("low_value"))
-    return ends.groupBy(*GROUP, "count").agg(
-        *(F.max(F.when(F.col("name") == name, value)).alias(name) for name in fractions)
+    name = F.concat_ws(SEPARATOR, *GROUP, F.col("bin").cast("string"))
+    wanted_here = binned.sparkSession.createDataFrame(
+        [(bin_name, offset) for bin_name, at in offsets.items() for offset in at],
+        "name string, offset int",
     )
+    in_order = Window.partitionBy("name").orderBy("value")
+    found = (
+        _in_groups(candidates, groupings, "bin", "value")
+        .select(name.alias("name"), "value")
+        .where(F.col("name").isin(list(offsets)))
+        .withColumn("offset", F.row_number().over(in_order) - 1)
+        .join(F.broadcast(wanted_here), ["name", "offset"])
+        .collect()
+    )
+    return {(row["name"], row["offset"]): row["value"] for row in found}
+
+
+def _interpolated(
+    group: tuple, count: int, ranks: dict, found: dict, fractions: dict[str, float]
+) -> dict:
+    grouping, key, series = group
+    row = {"grouping": grouping, "key": key, "series": series, "count": count}
+    for name in fractions:
+        position, low, high = ranks[name]
+        low_value, high_value = found[(group, low)], found[(group, high)]
+        row[name] = low_value + (position - math.floor(position)) * (high_value - low_value)
+    return row

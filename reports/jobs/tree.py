@@ -18,8 +18,8 @@ Hop latency, in milliseconds, of a hop at dispatcher D:
 A hop's time is when its dispatcher had processed the event, so the latency is the wait
 in D's inbox plus D's processing (at a leaf, delivery included). The event's first hop
 (up, at its sender's leaf) has no hop before it and is not measured, nor is a hop whose
-predecessor lies before the window. p50 and p95 are nearest-rank percentiles (Spark's
-percentile_approx, exact up to LATENCY_ACCURACY hops per group).
+predecessor lies before the window. p50 and p95 are exact, interpolated between the two
+nearest ranks over microseconds, as the latency report's are (reports.jobs.percentiles).
 
 Summary sizes and loss are the dispatchers' stored summaries as exported (a snapshot,
 whatever the window). A level's loss pools its coagulated summaries' samples.
@@ -35,11 +35,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from broker.reads.tree import coagulation_loss, is_coagulated, is_wasteful
+from reports.jobs import percentiles
 from reports.results import Field, Params, Result, Section
 from reports.spark import Dataset
 
 MAX_DISPATCHERS = 1000  # rows of the dispatchers section; a tree has far fewer
-LATENCY_ACCURACY = 10_000  # percentile_approx: exact for groups up to this many hops
+PERCENTILES = {"p50": 0.5, "p95": 0.95}
+# Hop latency's groupings for reports.jobs.percentiles: name -> the column grouped by.
+LATENCY_GROUPINGS = {"dispatcher": "dispatcher_id", "level": "depth", "overall": None}
 
 TRAFFIC_FIELDS = (
     Field("routed", "Events routed", "int"),
@@ -89,7 +92,15 @@ SUMMARY_SUMS = ("filters", "constraints", "exact_filters", "summary_bytes")
 
 def run(data: Dataset, params: Params) -> Result:
     """The tree's efficiency over the window (see the module's docstring)."""
-    traffic = _traffic(_measured_hops(_window_hops(data, params)))
+    hops = _measured_hops(_window_hops(data, params)).cache()
+    try:
+        traffic = _traffic(hops)
+        latencies = _latencies(hops)
+    finally:
+        hops.unpersist()
+    for row in traffic:
+        key = {0: row["dispatcher_id"], 1: row["depth"], 3: ""}[row["grouping"]]
+        row["latency"] = latencies.get((str(key), row["grouping"]), (None, None))
     by_dispatcher = {row["dispatcher_id"]: row for row in traffic if row["grouping"] == 0}
     by_level = {row["depth"]: row for row in traffic if row["grouping"] == 1}
     total = next((row for row in traffic if row["grouping"] == 3), {})
@@ -142,7 +153,7 @@ END
 
 
 def _measured_hops(hops: DataFrame) -> DataFrame:
-    """Each hop with `latency_ms` (null when not measured) and `entered` (1 for an
+    """Each hop with `latency_us` (null when not measured) and `entered` (1 for an
     event's first hop: up, with no hop below it), its event's hops side by side."""
     columns = hops.columns
     per_event = hops.groupBy("event_id").agg(
@@ -153,26 +164,38 @@ def _measured_hops(hops: DataFrame) -> DataFrame:
     hop = per_event.select(F.explode(measured).alias("hop")).select("hop.*")
     latency_us = F.unix_micros(F.col("at")) - F.unix_micros(F.col("previous_at"))
     first = (F.col("direction") == "up") & F.col("previous_at").isNull()
-    return hop.withColumns(
-        {"latency_ms": latency_us / F.lit(1000.0), "entered": first.cast("long")}
-    )
+    return hop.withColumns({"latency_us": latency_us, "entered": first.cast("long")})
 
 
 def _traffic(hops: DataFrame) -> list[dict]:
     """Traffic per dispatcher (grouping 0), per level (1) and overall (3), in one pass:
     a dispatcher has one depth, so the rollup's groups are exactly these."""
-    percentiles = F.percentile_approx(
-        "latency_ms", F.array(F.lit(0.5), F.lit(0.95)), LATENCY_ACCURACY
-    )
     aggregated = hops.rollup("depth", "dispatcher_id").agg(
         F.grouping_id().alias("grouping"),
         F.count(F.lit(1)).alias("routed"),
         *[F.sum(c).cast("long").alias(c) for c in ("entered", "wasted", "delivered")],
         F.sum("forwarded").cast("long").alias("forwards"),
-        F.count("latency_ms").alias("latency_hops"),
-        percentiles.alias("latency"),
+        F.count("latency_us").alias("latency_hops"),
     )
     return [row.asDict() for row in aggregated.collect()]
+
+
+# The rollup's grouping id of each grouping of hop latency.
+GROUPING_IDS = {"dispatcher": 0, "level": 1, "overall": 3}
+
+
+def _latencies(hops: DataFrame) -> dict[tuple[str, int], tuple[float, float]]:
+    """(group's key as text, rollup grouping id) -> hop latency's p50 and p95 in ms."""
+    values = hops.select(
+        "dispatcher_id", "depth", F.lit("hop").alias("series"), F.col("latency_us").alias("value")
+    )
+    found = percentiles.percentiles(values, LATENCY_GROUPINGS, PERCENTILES)
+    return {
+        (row["key"], GROUPING_IDS[row["grouping"]]): tuple(
+            row[name] / 1000.0 for name in PERCENTILES
+        )
+        for row in found
+    }
 
 
 def _dispatcher_rows(data: Dataset, traffic: dict[int, dict]) -> list[dict]:

@@ -77,7 +77,7 @@ class Incident:
         """Export what changed since the last export; the dataset as it now is."""
         wait_until_idle()
         export_changes()
-        self.data = Dataset(self.spark, self.root)
+        self.data = Dataset(self.spark, self.root, keep=True)
         return self.data
 
 

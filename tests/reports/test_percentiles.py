@@ -27,7 +27,7 @@ def test_binned_percentiles_equal_those_of_the_sorted_values_per_group_and_overa
     rows = drawn_values()
     values = spark.createDataFrame(rows, "shape string, series string, value long")
 
-    found = percentiles(values, {"shape": "shape", "all": None}, FRACTIONS).collect()
+    found = percentiles(values, {"shape": "shape", "all": None}, FRACTIONS)
 
     groups: dict[tuple, list[int]] = {}
     for shape, series, value in rows:

@@ -3,7 +3,6 @@ here from the database (ORM rows and SQL, plain Python), never from Spark."""
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -15,6 +14,7 @@ from broker.models import Dispatcher, Event, TrafficRecord
 from broker.reads.clients import current_attributes
 from reports.jobs import tree as tree_report
 from reports.results import Params
+from tests.reports.expected import percentile
 from tests.reports.incident import READING_MARKS
 
 pytestmark = READING_MARKS
@@ -47,11 +47,6 @@ def latency_ms(hop: TrafficRecord, others: list[TrafficRecord], parent: dict) ->
     return (hop.at - max(before)) / timedelta(milliseconds=1) if before else None
 
 
-def nearest_rank(values: list[float], share: float) -> float | None:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(share * len(ordered)) - 1)] if ordered else None
-
-
 def figures(hops: list[tuple[TrafficRecord, float | None]]) -> dict:
     latencies = [ms for _, ms in hops if ms is not None]
     return {
@@ -61,8 +56,8 @@ def figures(hops: list[tuple[TrafficRecord, float | None]]) -> dict:
         "deliveries": sum(h.delivered for h, _ in hops),
         "entered": sum(h.direction == "up" and ms is None for h, ms in hops),
         "latency_hops": len(latencies),
-        "latency_p50_ms": nearest_rank(latencies, 0.5),
-        "latency_p95_ms": nearest_rank(latencies, 0.95),
+        "latency_p50_ms": percentile(latencies, 0.5) if latencies else None,
+        "latency_p95_ms": percentile(latencies, 0.95) if latencies else None,
     }
 
 

@@ -1,0 +1,118 @@
+"""The dataset's tables kept in the warm session's memory between report runs, so that
+a run reads memory, not files: the second report of a session, or the same report
+with another window or region, pays for its query and not for reading and
+deduplicating Parquet again.
+
+A kept table is brought up to date before each run, from the folder alone:
+- nothing changed (same batches, same files): the kept frame as it is;
+- new batches since (an export): only they are read, and the kept rows they replace
+  (same id, a newer row version) are left out of the kept ones;
+- anything else (a compaction rewrote the batches, a batch was rewritten, a snapshot
+  table was exported again): the table is read whole again.
+
+Kept frames are spread over a few partitions per core (a batch is often one file, one
+partition: one core) and kept MEMORY_AND_DISK, so that a dataset larger than the
+driver's memory spills rather than fails. One dataset folder is kept at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from reports.dataset import TABLES, batches
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+# A kept table's partitions: one per this many bytes of Parquet, two per core at most.
+BYTES_PER_PARTITION = 8_000_000
+PARTITIONS_PER_CORE = 2
+
+
+@dataclass(frozen=True)
+class Kept:
+    """One table as kept: the files it was read from, and its frame in memory."""
+
+    version: tuple
+    frame: DataFrame
+
+
+_kept: dict[str, Kept] = {}
+_root: Path | None = None
+_lock = threading.Lock()
+
+
+def kept_table(data, name: str) -> DataFrame:
+    """The table `name` of `data` (a reports.spark.Dataset), kept in memory and brought
+    up to date with its folder (see the module's docstring)."""
+    with _lock:
+        _forget_other_roots(data.root)
+        folder = data.root / name
+        version = folder_version(folder)
+        kept = _kept.get(name)
+        if kept is not None and kept.version == version:
+            return kept.frame
+        frame = _updated(data, name, kept, version) if _only_added(name, kept, version) else None
+        frame = _kept_in_memory(frame if frame is not None else data.read(name), folder)
+        if kept is not None:
+            kept.frame.unpersist()
+        _kept[name] = Kept(version, frame)
+        return frame
+
+
+def forget() -> None:
+    """Let every kept table go (its memory is freed)."""
+    with _lock:
+        _forget_other_roots(None)
+
+
+def _forget_other_roots(root: Path | None) -> None:
+    global _root
+    if root == _root:
+        return
+    for kept in _kept.values():
+        kept.frame.unpersist()
+    _kept.clear()
+    _root = root
+
+
+def folder_version(folder: Path) -> tuple:
+    """What a table's folder holds, cheaply: each batch (or the snapshot) with its
+    files' names, sizes and times of change; equal when nothing was written."""
+    parts = batches(folder) if TABLES[folder.name].incremental else [folder]
+    return tuple((part.name, _files_of(part)) for part in parts if part.is_dir())
+
+
+def _files_of(folder: Path) -> tuple:
+    files = sorted(folder.glob("*.parquet"))
+    return tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+
+
+def _only_added(name: str, kept: Kept | None, version: tuple) -> bool:
+    """Whether the table's folder only gained batches since `kept` was read."""
+    if kept is None or not kept.version or not TABLES[name].incremental:
+        return False
+    return len(version) > len(kept.version) and version[: len(kept.version)] == kept.version
+
+
+def _updated(data, name: str, kept: Kept, version: tuple) -> DataFrame:
+    """The kept rows, less those the new batches hold newer versions of, and theirs."""
+    new_batches = [data.root / name / part for part, _ in version[len(kept.version) :]]
+    newer = data.read(name, only=new_batches)
+    unchanged = kept.frame.join(newer.select("id"), "id", "left_anti")
+    return unchanged.unionByName(newer)
+
+
+def _kept_in_memory(frame: DataFrame, folder: Path) -> DataFrame:
+    """`frame` spread over partitions sized to its files, computed now and kept."""
+    from pyspark import StorageLevel
+
+    on_disk = sum(f.stat().st_size for f in folder.rglob("*.parquet"))
+    cores = frame.sparkSession.sparkContext.defaultParallelism
+    wanted = max(1, min(cores * PARTITIONS_PER_CORE, on_disk // BYTES_PER_PARTITION + 1))
+    kept = frame.repartition(int(wanted)).persist(StorageLevel.MEMORY_AND_DISK)
+    kept.count()  # read now: the run that brings it up to date pays, not each query
+    return kept

@@ -1,0 +1,111 @@
+"""Tables kept in the warm session's memory read what the dataset's files say, after
+exports that add batches, a compaction, and a batch written again."""
+
+from __future__ import annotations
+
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from django.utils import timezone
+
+from broker.models import AuditEntry
+from reports import kept
+from reports.compaction import compact_dataset
+from reports.export import export_changes
+from reports.spark import Dataset
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+
+
+@pytest.fixture(autouse=True)
+def nothing_kept():
+    kept.forget()
+    yield
+    kept.forget()
+
+
+def entry(action: str) -> AuditEntry:
+    return AuditEntry.objects.create(
+        at=timezone.now(), actor="user:olivia", action=action, target="t", outcome="done"
+    )
+
+
+def rows(frame) -> list[tuple]:
+    return sorted((row.id, row.reason, row.txid) for row in frame.collect())
+
+
+def kept_and_read(spark, root) -> tuple[list, list]:
+    """The audit table as kept, and as read from its files now."""
+    return (
+        rows(Dataset(spark, root, keep=True).table("audit")),
+        rows(Dataset(spark, root).table("audit")),
+    )
+
+
+def test_an_unchanged_table_is_the_same_kept_frame(spark, settings, tmp_path):
+    settings.REPORTS_DATASET = root = tmp_path / "dataset"
+    entry("test.first")
+    export_changes()
+    first = Dataset(spark, root, keep=True).table("audit")
+    assert Dataset(spark, root, keep=True).table("audit") is first
+    assert first.is_cached
+
+
+def test_new_batches_replace_the_rows_they_hold_newer_versions_of(spark, settings, tmp_path):
+    settings.REPORTS_DATASET = root = tmp_path / "dataset"
+    first, _ = entry("test.first"), entry("test.second")
+    export_changes()
+    kept_and_read(spark, root)
+    for reason in ("once", "twice"):
+        AuditEntry.objects.filter(pk=first.pk).update(reason=reason)
+        entry(f"test.{reason}")
+        export_changes()
+        found, expected = kept_and_read(spark, root)
+        assert found == expected
+    assert len(found) == 4
+    assert next(r for r in found if r[0] == first.pk)[1] == "twice"
+
+
+def test_after_a_compaction_the_table_is_read_again_the_same(spark, settings, tmp_path):
+    settings.REPORTS_DATASET = root = tmp_path / "dataset"
+    first = entry("test.first")
+    export_changes()
+    for reason in ("once", "twice", "thrice"):
+        AuditEntry.objects.filter(pk=first.pk).update(reason=reason)
+        export_changes()
+    before, _ = kept_and_read(spark, root)
+
+    compact_dataset(spark, root, at_least=2)
+
+    assert kept_and_read(spark, root) == (before, before)
+
+
+def test_a_batch_written_again_under_its_name_is_read_again(spark, settings, tmp_path):
+    settings.REPORTS_DATASET = root = tmp_path / "dataset"
+    entry("test.first")
+    export_changes()
+    kept_and_read(spark, root)
+    written = next((root / "audit").rglob("*.parquet"))
+    table = pq.read_table(written)
+    reasons = pa.array(["written again"] * len(table), pa.string())
+    column = table.schema.get_field_index("reason")
+    pq.write_table(table.set_column(column, "reason", reasons), written)
+
+    found, expected = kept_and_read(spark, root)
+
+    assert found == expected
+    assert {reason for _, reason, _ in found} == {"written again"}
+
+
+def test_another_dataset_folder_lets_the_first_go(spark, settings, tmp_path):
+    settings.REPORTS_DATASET = root = tmp_path / "one"
+    entry("test.first")
+    export_changes()
+    first = Dataset(spark, root, keep=True).table("audit")
+    other = tmp_path / "other"
+    shutil.copytree(root, other)
+
+    assert rows(Dataset(spark, other, keep=True).table("audit")) == rows(first)
+    assert not first.is_cached
