@@ -10,9 +10,8 @@ A kept table is brought up to date before each run, from the folder alone:
 - anything else (a compaction rewrote the batches, a batch was rewritten, a snapshot
   table was exported again): the table is read whole again.
 
-Kept frames are spread over a few partitions per core (a batch is often one file, one
-partition: one core) and kept MEMORY_AND_DISK, so that a dataset larger than the
-driver's memory spills rather than fails. One dataset folder is kept at a time.
+Kept frames are kept MEMORY_AND_DISK, so that a dataset larger than the driver's memory
+spills rather than fails. One dataset folder is kept at a time.
 """
 
 from __future__ import annotations
@@ -26,10 +25,6 @@ from reports.dataset import TABLES, batches
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-# A kept table's partitions: one per this many bytes of Parquet, two per core at most.
-BYTES_PER_PARTITION = 8_000_000
-PARTITIONS_PER_CORE = 2
 
 
 @dataclass(frozen=True)
@@ -56,7 +51,7 @@ def kept_table(data, name: str) -> DataFrame:
         if kept is not None and kept.version == version:
             return kept.frame
         frame = _updated(data, name, kept, version) if _only_added(name, kept, version) else None
-        frame = _kept_in_memory(frame if frame is not None else data.read(name), folder)
+        frame = _kept_in_memory(frame if frame is not None else data.read(name))
         if kept is not None:
             kept.frame.unpersist()
         _kept[name] = Kept(version, frame)
@@ -106,13 +101,11 @@ def _updated(data, name: str, kept: Kept, version: tuple) -> DataFrame:
     return unchanged.unionByName(newer)
 
 
-def _kept_in_memory(frame: DataFrame, folder: Path) -> DataFrame:
-    """`frame` spread over partitions sized to its files, computed now and kept."""
+def _kept_in_memory(frame: DataFrame) -> DataFrame:
+    """`frame` computed now and kept. (Its partitions are the files' splits, a few per
+    core: reports.spark sets the split size, so no shuffle spreads them.)"""
     from pyspark import StorageLevel
 
-    on_disk = sum(f.stat().st_size for f in folder.rglob("*.parquet"))
-    cores = frame.sparkSession.sparkContext.defaultParallelism
-    wanted = max(1, min(cores * PARTITIONS_PER_CORE, on_disk // BYTES_PER_PARTITION + 1))
-    kept = frame.repartition(int(wanted)).persist(StorageLevel.MEMORY_AND_DISK)
+    kept = frame.persist(StorageLevel.MEMORY_AND_DISK)
     kept.count()  # read now: the run that brings it up to date pays, not each query
     return kept

@@ -65,6 +65,9 @@ def _build_session():
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(_shuffle_partitions()))
         .config("spark.sql.adaptive.enabled", str(not _is_local()).lower())
+        # A batch is often one file of a few row groups: splits of 8 MB (not 128) let
+        # every core read a part of it, without a shuffle to spread it.
+        .config("spark.sql.files.maxPartitionBytes", "8m" if _is_local() else "128m")
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -64,8 +64,8 @@ SECTIONS = {
 def run(data: Dataset, params: Params) -> Result:
     """The reach report over the events published in the window."""
     events = frames.window_events(data, params)
-    deliveries = frames.window_deliveries(data, params, events)
-    by_region = _tallies_by_region(deliveries, events).cache()
+    deliveries = frames.window_deliveries(data, params, events, "published_at")
+    by_region = _tallies_by_region(deliveries).cache()
     try:
         by_event = _tallies_by_event(by_region, events, regional=bool(params.region))
         summary = _summary(by_event, params)
@@ -79,20 +79,17 @@ def run(data: Dataset, params: Params) -> Result:
         }
     finally:
         by_region.unpersist()
-    sections["never_answered"] = _never_answered(deliveries, events)
+    sections["never_answered"] = _never_answered(deliveries)
     return Result(summary=summary, sections=sections)
 
 
-def _tallies_by_region(deliveries: DataFrame, events: DataFrame) -> DataFrame:
+def _tallies_by_region(deliveries: DataFrame) -> DataFrame:
     """Counts per (event, region), and the delays of its ok acknowledgements (µs)."""
-    published = events.select(F.col("id").alias("event_id"), "published_at")
     delays = F.when(
         frames.is_state(frames.State.ACKED), frames.micros_between("published_at", "acked_at")
     )
-    return (
-        deliveries.join(F.broadcast(published), "event_id")
-        .groupBy("event_id", "region")
-        .agg(*frames.state_counts(), F.collect_list(delays).alias("delays"))
+    return deliveries.groupBy("event_id", "region").agg(
+        *frames.state_counts(), F.collect_list(delays).alias("delays")
     )
 
 
@@ -145,20 +142,15 @@ def _time_names() -> list[str]:
     return [f"t{percent}_s" for percent in PERCENTS]
 
 
-def _never_answered(deliveries: DataFrame, events: DataFrame) -> list[dict]:
+def _never_answered(deliveries: DataFrame) -> list[dict]:
     """The first MAX_ROWS receivers that never answered, by event then name."""
-    published = events.select(F.col("id").alias("event_id"), "published_at")
     unanswered = deliveries.where(frames.is_state(*frames.NEVER_ANSWERED_STATES))
-    ordered = (
-        unanswered.join(F.broadcast(published), "event_id")
-        .orderBy("published_at", "event_id", "receiver")
-        .select(
-            F.col("event_id").alias("event"),
-            "receiver",
-            "region",
-            "state",
-            frames.iso("delivered_at").alias("delivered_at"),
-        )
+    ordered = unanswered.orderBy("published_at", "event_id", "receiver").select(
+        F.col("event_id").alias("event"),
+        "receiver",
+        "region",
+        "state",
+        frames.iso("delivered_at").alias("delivered_at"),
     )
     return frames.rows(ordered, SECTIONS["never_answered"].field_names, limit=MAX_ROWS)
 
