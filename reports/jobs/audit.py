@@ -239,8 +239,36 @@ def _region_clients(data: Dataset, region: str) -> DataFrame:
 
 def _involving_region(entries: DataFrame, data: Dataset, region: str) -> DataFrame:
     """The entries a client of the region is involved in; a policy refusal's listed
-    receivers (and so its refusers) narrowed to the region's."""
-    clients = F.broadcast(_region_clients(data, region).select("client"))
+    receivers (and so its refusers) narrowed to the region's. Most entries list no
+    client (an answer, a change): they are kept or not by their actor and target alone,
+    without spreading every entry over the names it involves."""
+    clients = _region_clients(data, region).select("client")
+    lists = F.col("listed").isNotNull() | F.col("bulk").isNotNull()
+    by_name = _involving_by_name(entries.where(~lists), clients)
+    return by_name.unionByName(_involving_by_list(entries.where(lists), clients))
+
+
+def _involving_by_name(entries: DataFrame, clients: DataFrame) -> DataFrame:
+    """Entries listing no client whose actor or target is a client of the region."""
+    actors = clients.select(F.col("client").alias("actor_client"), F.lit(True).alias("_actor"))
+    targets = clients.select(F.col("client").alias("target_client"), F.lit(True).alias("_target"))
+    found = entries.join(F.broadcast(actors), "actor_client", "left").join(
+        F.broadcast(targets), "target_client", "left"
+    )
+    involved = F.coalesce(F.col("_actor"), F.lit(False)) | F.coalesce(
+        F.col("_target"), F.lit(False)
+    )
+    return (
+        found.where(involved)
+        .drop("_actor", "_target")
+        .withColumns({"unlisted": F.lit(0).cast("long"), "refusers": F.lit(0).cast("long")})
+    )
+
+
+def _involving_by_list(entries: DataFrame, clients: DataFrame) -> DataFrame:
+    """Entries listing clients (policy refusals, bulk changes) involving the region by
+    their actor, target or a client listed; their listed receivers narrowed to it."""
+    clients = F.broadcast(clients)
     empty = F.array().cast("array<string>")
     named = F.concat(
         F.array("actor_client", "target_client"),
