@@ -76,14 +76,15 @@ def _forget_other_roots(root: Path | None) -> None:
 
 def folder_version(folder: Path) -> tuple:
     """What a table's folder holds, cheaply: each batch (or the snapshot) with its
-    files' names, sizes and times of change; equal when nothing was written."""
+    files' names, inodes, sizes and times of change; equal when nothing was written."""
     parts = batches(folder) if TABLES[folder.name].incremental else [folder]
     return tuple((part.name, _files_of(part)) for part in parts if part.is_dir())
 
 
 def _files_of(folder: Path) -> tuple:
-    files = sorted(folder.glob("*.parquet"))
-    return tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    # The inode too: a file replaced whole (a snapshot exported again) is a new one.
+    stats = [(f.name, f.stat()) for f in sorted(folder.glob("*.parquet"))]
+    return tuple((name, st.st_ino, st.st_size, st.st_mtime_ns) for name, st in stats)
 
 
 def _only_added(name: str, kept: Kept | None, version: tuple) -> bool:

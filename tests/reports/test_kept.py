@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from django.utils import timezone
 
-from broker.models import AuditEntry
+from broker.models import AuditEntry, Client, ClientModel
 from reports import kept
 from reports.compaction import compact_dataset
 from reports.export import export_changes
@@ -109,3 +109,18 @@ def test_another_dataset_folder_lets_the_first_go(spark, settings, tmp_path):
 
     assert rows(Dataset(spark, other, keep=True).table("audit")) == rows(first)
     assert not first.is_cached
+
+
+def test_a_snapshot_table_exported_again_is_read_again(spark, settings, tmp_path):
+    settings.REPORTS_DATASET = root = tmp_path / "dataset"
+    model = ClientModel.objects.create(name="web-server")
+    client = Client.objects.create(name="web-00001", model=model, secret_hash="x")
+    export_changes()
+    first = Dataset(spark, root, keep=True).table("clients")
+    assert [row.is_active for row in first.collect()] == [True]
+    Client.objects.filter(pk=client.pk).update(is_active=False)
+
+    export_changes()
+
+    again = Dataset(spark, root, keep=True).table("clients")
+    assert [row.is_active for row in again.collect()] == [False]
