@@ -50,8 +50,11 @@ def kept_table(data, name: str) -> DataFrame:
         kept = _kept.get(name)
         if kept is not None and kept.version == version:
             return kept.frame
-        frame = _updated(data, name, kept, version) if _only_added(name, kept, version) else None
-        frame = _kept_in_memory(frame if frame is not None else data.read(name))
+        if _only_added(name, kept, version):
+            fresh = _updated(data, name, kept, version)
+        else:
+            fresh = data.read(name)
+        frame = _kept_in_memory(fresh)
         if kept is not None:
             kept.frame.unpersist()
         _kept[name] = Kept(version, frame)

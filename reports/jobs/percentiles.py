@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -25,7 +24,6 @@ from pyspark.sql import functions as F
 
 BINS_PER_DOUBLING = 128
 GROUP = ["grouping", "key", "series"]
-SEPARATOR = "\x1f"  # between the parts of a bin's name (never in a group's key)
 
 
 @dataclass
@@ -125,50 +123,40 @@ def _values_at(
 ) -> dict[tuple, float]:
     """The second query: (group, rank) -> the value of that rank, for every rank wanted."""
     places = {
-        (group, rank): _place(group, histograms[group], rank)
+        (group, rank): (group, *histograms[group].locate(rank))
         for group, ranks in wanted.items()
         for _, low, high in ranks.values()
         for rank in (low, high)
     }
-    offsets = defaultdict(set)  # a bin's name -> the offsets wanted in it
-    for bin_name, offset in places.values():
-        offsets[bin_name].add(offset)
-    if not offsets:
+    if not places:
         return {}
-    found = _picked(binned, groupings, offsets)
+    found = _picked(binned, groupings, set(places.values()))
     return {group_rank: found[place] for group_rank, place in places.items()}
 
 
-def _place(group: tuple, histogram: Histogram, rank: int) -> tuple[str, int]:
-    """The name of the bin holding a group's rank, and the rank's offset there."""
-    bin_, offset = histogram.locate(rank)
-    return SEPARATOR.join([*group, str(bin_)]), offset
-
-
-def _picked(binned: DataFrame, groupings: dict, offsets: dict[str, set[int]]) -> dict:
-    """(bin's name, offset) -> the value there, for the `offsets` wanted in each bin.
-    Only values whose series and bin some group wants are spread over the groupings."""
-    series_bins = {tuple(name.split(SEPARATOR)[2:]) for name in offsets}
-    candidates = binned.where(
-        F.concat_ws(SEPARATOR, "series", F.col("bin").cast("string")).isin(
-            [SEPARATOR.join(pair) for pair in series_bins]
-        )
+def _picked(binned: DataFrame, groupings: dict, places: set[tuple]) -> dict:
+    """(group, bin, offset) -> the value there, for each of `places`. Only values whose
+    series and bin some group wants are spread over the groupings and sorted."""
+    wanted = binned.sparkSession.createDataFrame(
+        [(*group, bin_, offset) for group, bin_, offset in places],
+        "grouping string, key string, series string, bin long, offset int",
     )
-    name = F.concat_ws(SEPARATOR, *GROUP, F.col("bin").cast("string"))
-    wanted_here = binned.sparkSession.createDataFrame(
-        [(bin_name, offset) for bin_name, at in offsets.items() for offset in at],
-        "name string, offset int",
-    )
-    in_order = Window.partitionBy("name").orderBy("value")
+    series_bins = F.broadcast(wanted.select("series", "bin").distinct())
+    bins = F.broadcast(wanted.select(*GROUP, "bin").distinct())
+    in_order = Window.partitionBy(*GROUP, "bin").orderBy("value")
     found = (
-        _in_groups(candidates, groupings, "bin", "value")
-        .select(name.alias("name"), "value")
-        .where(F.col("name").isin(list(offsets)))
+        _in_groups(
+            binned.join(series_bins, ["series", "bin"], "left_semi"), groupings, "bin", "value"
+        )
+        .join(bins, [*GROUP, "bin"], "left_semi")
         .withColumn("offset", F.row_number().over(in_order) - 1)
-        .join(F.broadcast(wanted_here), ["name", "offset"])
+        .join(F.broadcast(wanted), [*GROUP, "bin", "offset"])
         .collect()
     )
-    return {(row["name"], row["offset"]): row["value"] for row in found}
+    return {
+        ((row["grouping"], row["key"], row["series"]), row["bin"], row["offset"]): row["value"]
+        for row in found
+    }
 
 
 def _interpolated(

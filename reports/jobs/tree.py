@@ -41,8 +41,10 @@ from reports.spark import Dataset
 
 MAX_DISPATCHERS = 1000  # rows of the dispatchers section; a tree has far fewer
 PERCENTILES = {"p50": 0.5, "p95": 0.95}
-# Hop latency's groupings for reports.jobs.percentiles: name -> the column grouped by.
-LATENCY_GROUPINGS = {"dispatcher": "dispatcher_id", "level": "depth", "overall": None}
+# The traffic rollup's grouping ids: the grouping's name and the column grouped by
+# (hop latency is grouped the same way, by reports.jobs.percentiles).
+ROLLUP = {0: ("dispatcher", "dispatcher_id"), 1: ("level", "depth"), 3: ("overall", None)}
+LATENCY_GROUPINGS = dict(ROLLUP.values())
 
 TRAFFIC_FIELDS = (
     Field("routed", "Events routed", "int"),
@@ -99,8 +101,9 @@ def run(data: Dataset, params: Params) -> Result:
     finally:
         hops.unpersist()
     for row in traffic:
-        key = {0: row["dispatcher_id"], 1: row["depth"], 3: ""}[row["grouping"]]
-        row["latency"] = latencies.get((str(key), row["grouping"]), (None, None))
+        grouping, column = ROLLUP[row["grouping"]]
+        key = str(row[column]) if column else ""
+        row["latency"] = latencies.get((grouping, key), (None, None))
     by_dispatcher = {row["dispatcher_id"]: row for row in traffic if row["grouping"] == 0}
     by_level = {row["depth"]: row for row in traffic if row["grouping"] == 1}
     total = next((row for row in traffic if row["grouping"] == 3), {})
@@ -180,20 +183,14 @@ def _traffic(hops: DataFrame) -> list[dict]:
     return [row.asDict() for row in aggregated.collect()]
 
 
-# The rollup's grouping id of each grouping of hop latency.
-GROUPING_IDS = {"dispatcher": 0, "level": 1, "overall": 3}
-
-
-def _latencies(hops: DataFrame) -> dict[tuple[str, int], tuple[float, float]]:
-    """(group's key as text, rollup grouping id) -> hop latency's p50 and p95 in ms."""
+def _latencies(hops: DataFrame) -> dict[tuple[str, str], tuple[float, float]]:
+    """(grouping, group's key as text) -> hop latency's p50 and p95 in ms."""
     values = hops.select(
         "dispatcher_id", "depth", F.lit("hop").alias("series"), F.col("latency_us").alias("value")
     )
     found = percentiles.percentiles(values, LATENCY_GROUPINGS, PERCENTILES)
     return {
-        (row["key"], GROUPING_IDS[row["grouping"]]): tuple(
-            row[name] / 1000.0 for name in PERCENTILES
-        )
+        (row["grouping"], row["key"]): tuple(row[name] / 1000.0 for name in PERCENTILES)
         for row in found
     }
 
