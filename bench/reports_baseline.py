@@ -237,13 +237,14 @@ def _receivers(db: Duck, params: Params) -> str:
 
 
 def _window_deliveries(db: Duck, params: Params) -> str:
-    """The deliveries of the window's events to the run's receivers, with the event's
-    publishing time and the receiver's name, region and leaf (frames.window_deliveries)."""
+    """The deliveries of the window's events (by the publishing time each carries) to
+    the run's receivers, with the receiver's name, region and leaf
+    (frames.window_deliveries)."""
     return (
-        f"SELECT d.*, e.published_at, r.receiver, r.region, r.receiver_dispatcher "
+        f"SELECT d.*, r.receiver, r.region, r.receiver_dispatcher "
         f"FROM {db.table('deliveries')} d "
-        f"JOIN ({_window_events(db, params)}) e ON e.id = d.event_id "
-        f"JOIN ({_receivers(db, params)}) r ON r.receiver_id = d.receiver_id"
+        f"JOIN ({_receivers(db, params)}) r ON r.receiver_id = d.receiver_id "
+        f"WHERE {_in_window('d.published_at', params)}"
     )
 
 
@@ -407,7 +408,7 @@ def reach(db: Duck, params: Params) -> Result:
     sections = {
         "commands": db.rows(by_event, _field_names(reach_job, "commands"), limit=limit),
         "regions": db.rows(
-            _ordered_regions(db, params, by_region), _field_names(reach_job, "regions"), limit=limit
+            _ordered_regions(by_region), _field_names(reach_job, "regions"), limit=limit
         ),
         "never_answered": db.rows(
             _never_answered(db, params), _field_names(reach_job, "never_answered"), limit=limit
@@ -423,9 +424,9 @@ def _tallies_by_region(db: Duck, params: Params) -> str:
     )
     delays = "coalesce(list(delay) FILTER (WHERE delay IS NOT NULL), []::BIGINT[])"
     return (
-        f"SELECT event_id, region, {_state_counts()}, {delays} AS delays "
+        f"SELECT event_id, published_at, region, {_state_counts()}, {delays} AS delays "
         f"FROM (SELECT *, {delay} AS delay FROM ({_window_deliveries(db, params)})) "
-        "GROUP BY event_id, region"
+        "GROUP BY event_id, published_at, region"
     )
 
 
@@ -449,14 +450,11 @@ def _tallies_by_event(db: Duck, params: Params, by_region: str) -> str:
     )
 
 
-def _ordered_regions(db: Duck, params: Params, by_region: str) -> str:
-    published = f"SELECT id, published_at FROM ({_window_events(db, params)})"
-    joined = (
-        f"SELECT b.*, e.published_at FROM {by_region} b JOIN ({published}) e ON e.id = b.event_id"
-    )
+def _ordered_regions(by_region: str) -> str:
     return (
         f"SELECT event_id AS event, region, {COUNT_NAMES}, {TIME_NAMES} "
-        f"FROM ({_with_times(joined)}) ORDER BY published_at, event_id, region"
+        f"FROM ({_with_times(f'SELECT * FROM {by_region}')}) "
+        "ORDER BY published_at, event_id, region"
     )
 
 

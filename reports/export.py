@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from django.conf import settings
 from django.db import connection, transaction
 
-from reports.dataset import TABLES, Table
+from reports.dataset import LAYOUT, LAYOUT_FILE, TABLES, Table
 from reports.models import ExportWatermark
 
 # Only one export at a time writes the dataset (PostgreSQL advisory lock key).
@@ -59,6 +59,7 @@ def export_changes(*, progress: Progress | None = None) -> ExportResult:
     root = dataset_root()
     with export_lock():
         _forget_another_databases_rows(root)
+        _start_again_on_another_layout(root)
         with transaction.atomic():
             result = _export_in_snapshot(root, progress or _silent)
     result.seconds = time.monotonic() - started
@@ -71,6 +72,20 @@ def _forget_another_databases_rows(root: Path) -> None:
     if root.exists() and not ExportWatermark.objects.exists():
         for child in root.iterdir():
             shutil.rmtree(child) if child.is_dir() else child.unlink()
+
+
+def _start_again_on_another_layout(root: Path) -> None:
+    """A dataset written in another layout (reports.dataset.LAYOUT: a column added,
+    say) is exported again from the start, rather than read as files of two layouts
+    (the new column null in the old ones). The watermarks go first: a crash between the
+    two leaves files without watermarks, which the next export clears."""
+    marker = root / LAYOUT_FILE
+    written = marker.read_text().strip() if marker.exists() else None
+    if written != str(LAYOUT) and root.exists() and any(root.iterdir()):
+        ExportWatermark.objects.all().delete()
+        _forget_another_databases_rows(root)
+    root.mkdir(parents=True, exist_ok=True)
+    marker.write_text(f"{LAYOUT}\n")
 
 
 def _silent(stage: str, fraction: float) -> None:

@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from broker import audit
-from reports.jobs.frames import iso, rows
+from reports.jobs.frames import in_window, iso, rows
 from reports.results import Field, Params, Result, Section
 from reports.spark import Dataset
 
@@ -185,10 +185,7 @@ def _persisted(frame: DataFrame) -> Iterator[DataFrame]:
 def _entries(data: Dataset, params: Params, *, refused_only: bool) -> DataFrame:
     """The window's entries (or only its refusals), with what their details say (see
     _with_details); with a region, only those involving its clients."""
-    at = F.col("at")
-    found = data.table("audit").where(
-        (at >= F.lit(params.window_start)) & (at < F.lit(params.window_end))
-    )
+    found = data.table("audit").where(in_window("at", params))
     if refused_only:
         found = found.where(F.col("outcome") == REFUSED)
     entries = _with_details(found, bulk=bool(params.region))
@@ -347,9 +344,7 @@ def _group() -> Column:
 def _sends(data: Dataset, params: Params) -> DataFrame:
     """Every event published in the window, as a send by whoever published it."""
     published = F.col("published_at")
-    events = data.table("events").where(
-        (published >= F.lit(params.window_start)) & (published < F.lit(params.window_end))
-    )
+    events = data.table("events").where(in_window("published_at", params))
     if params.region:
         senders = F.broadcast(_region_clients(data, params.region)).select(
             F.col("client_id").alias("sender_id")
@@ -510,10 +505,7 @@ def _refusing_all(
 
 def _delivered_policies(data: Dataset, params: Params, policies: DataFrame) -> DataFrame:
     """The policies (keys) whose receivers got a delivery in the window."""
-    at = F.col("delivered_at")
-    deliveries = data.table("deliveries").where(
-        (at >= F.lit(params.window_start)) & (at < F.lit(params.window_end))
-    )
+    deliveries = data.table("deliveries").where(in_window("delivered_at", params))
     receivers = F.broadcast(policies.select(F.col("client_id").alias("receiver_id"), "policy_key"))
     return (
         deliveries.select("receiver_id")

@@ -27,12 +27,15 @@ MICROS = 1_000_000.0
 ISO_UTC = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"  # the session's time zone is UTC
 
 
+def in_window(column: str, params: Params) -> Column:
+    """Whether the time in `column` is in [window_start, window_end)."""
+    at = F.col(column)
+    return (at >= F.lit(params.window_start)) & (at < F.lit(params.window_end))
+
+
 def window_events(data: Dataset, params: Params) -> DataFrame:
     """The events published in [window_start, window_end)."""
-    published = F.col("published_at")
-    return data.table("events").where(
-        (published >= F.lit(params.window_start)) & (published < F.lit(params.window_end))
-    )
+    return data.table("events").where(in_window("published_at", params))
 
 
 def receivers(data: Dataset, params: Params) -> DataFrame:
@@ -49,13 +52,11 @@ def receivers(data: Dataset, params: Params) -> DataFrame:
     return clients
 
 
-def window_deliveries(data: Dataset, params: Params, events: DataFrame, *carried: str) -> DataFrame:
-    """The deliveries of `events` (a window's, small next to deliveries) to the run's
-    receivers, with the receiver's name, region and leaf dispatcher, and the `carried`
-    columns of their event (one join brings them all: a join on the event's id, text,
-    costs more than anything else per delivery)."""
-    described = events.select(F.col("id").alias("event_id"), *carried)
-    deliveries = data.table("deliveries").join(F.broadcast(described), "event_id")
+def window_deliveries(data: Dataset, params: Params) -> DataFrame:
+    """The deliveries of the events published in the window (each delivery carries its
+    event's publishing time: no join with the events) to the run's receivers, with the
+    receiver's name, region and leaf dispatcher."""
+    deliveries = data.table("deliveries").where(in_window("published_at", params))
     return deliveries.join(F.broadcast(receivers(data, params)), "receiver_id")
 
 

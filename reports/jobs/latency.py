@@ -49,8 +49,7 @@ GROUPINGS = {"by_hops": "hops", "by_region": "region", "overall": None}
 
 def run(data: Dataset, params: Params) -> Result:
     """The latency report over the deliveries of the events published in the window."""
-    events = frames.window_events(data, params)
-    figures = _figures_by_group(_with_hops(data, params, events, _hops_between_leaves(data)))
+    figures = _figures_by_group(_with_hops(data, params, _hops_between_leaves(data)))
     sections = {name: _section_rows(figures, name, key) for name, key in GROUPINGS.items()}
     overall = sections["overall"][0] if sections["overall"] else {}
     summary = {
@@ -62,15 +61,14 @@ def run(data: Dataset, params: Params) -> Result:
     return Result(summary=summary, sections=sections)
 
 
-def _with_hops(data: Dataset, params: Params, events: DataFrame, hops: DataFrame) -> DataFrame:
+def _with_hops(data: Dataset, params: Params, hops: DataFrame) -> DataFrame:
     """The window's deliveries with their delays (µs) and their hop count (0 when the
     sender or the receiver is on no leaf)."""
     senders = data.table("clients").select(
         F.col("id").alias("sender_id"), F.col("dispatcher_id").alias("sender_dispatcher")
     )
-    described = events.join(senders, "sender_id", "left")
-    deliveries = frames.window_deliveries(
-        data, params, described, "published_at", "sender_dispatcher"
+    deliveries = frames.window_deliveries(data, params).join(
+        F.broadcast(senders), "sender_id", "left"
     )
     return deliveries.join(
         F.broadcast(hops), ["sender_dispatcher", "receiver_dispatcher"], "left"

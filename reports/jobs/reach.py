@@ -64,7 +64,7 @@ SECTIONS = {
 def run(data: Dataset, params: Params) -> Result:
     """The reach report over the events published in the window."""
     events = frames.window_events(data, params)
-    deliveries = frames.window_deliveries(data, params, events, "published_at")
+    deliveries = frames.window_deliveries(data, params)
     by_region = _tallies_by_region(deliveries).cache()
     try:
         by_event = _tallies_by_event(by_region, events, regional=bool(params.region))
@@ -72,7 +72,7 @@ def run(data: Dataset, params: Params) -> Result:
         sections = {
             "commands": frames.rows(by_event, SECTIONS["commands"].field_names, limit=MAX_ROWS),
             "regions": frames.rows(
-                _ordered_regions(by_region, events),
+                _ordered_regions(by_region),
                 SECTIONS["regions"].field_names,
                 limit=MAX_ROWS,
             ),
@@ -84,11 +84,12 @@ def run(data: Dataset, params: Params) -> Result:
 
 
 def _tallies_by_region(deliveries: DataFrame) -> DataFrame:
-    """Counts per (event, region), and the delays of its ok acknowledgements (µs)."""
+    """Counts per (event, region), and the delays of its ok acknowledgements (µs).
+    (An event has one publishing time: grouping by it too carries it along.)"""
     delays = F.when(
         frames.is_state(frames.State.ACKED), frames.micros_between("published_at", "acked_at")
     )
-    return deliveries.groupBy("event_id", "region").agg(
+    return deliveries.groupBy("event_id", "published_at", "region").agg(
         *frames.state_counts(), F.collect_list(delays).alias("delays")
     )
 
@@ -112,10 +113,9 @@ def _tallies_by_event(by_region: DataFrame, events: DataFrame, *, regional: bool
     ).orderBy("published_at", "event")  # fmt: skip
 
 
-def _ordered_regions(by_region: DataFrame, events: DataFrame) -> DataFrame:
-    published = events.select(F.col("id").alias("event_id"), "published_at")
+def _ordered_regions(by_region: DataFrame) -> DataFrame:
     return (
-        _with_times(by_region.join(F.broadcast(published), "event_id"))
+        _with_times(by_region)
         .orderBy("published_at", "event_id", "region")
         .select(F.col("event_id").alias("event"), "region", *COUNT_NAMES, *_time_names())
     )

@@ -128,7 +128,7 @@ def _events_with_deliveries(data: Dataset, params: Params) -> DataFrame:
     receivers, and then only the events that have some)."""
     events = frames.window_events(data, params)
     counts = (
-        frames.window_deliveries(data, params, events)
+        frames.window_deliveries(data, params)
         .groupBy("event_id")
         .agg(F.count(F.lit(1)).alias("deliveries"))
     )
@@ -171,10 +171,8 @@ def _senders(events: DataFrame) -> DataFrame:
 
 def _markers(data: Dataset, params: Params) -> DataFrame:
     """The window's changes that mark the timeline (MARKER_TYPES), in time order."""
-    at = F.col("at")
     entries = data.table("audit").where(
-        (at >= F.lit(params.window_start))
-        & (at < F.lit(params.window_end))
+        frames.in_window("at", params)
         & (F.col("outcome") == "done")
         & F.col("action").isin(*MARKER_TYPES)
     )
@@ -230,9 +228,7 @@ def _changes(data: Dataset, params: Params, bucket: int) -> DataFrame:
     values = history.where(attested | (F.col("kind") == "revoked")).select(
         "at", "client_id", F.when(attested, "attested").otherwise("revoked").alias("change")
     )
-    changes = policies.unionByName(values).where(
-        (F.col("at") >= F.lit(params.window_start)) & (F.col("at") < F.lit(params.window_end))
-    )
+    changes = policies.unionByName(values).where(frames.in_window("at", params))
     if params.region:
         changes = changes.join(F.broadcast(clients), "client_id", "left_semi")
     return (

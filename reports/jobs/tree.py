@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from broker.reads.tree import coagulation_loss, is_coagulated, is_wasteful
-from reports.jobs import percentiles
+from reports.jobs import frames, percentiles
 from reports.results import Field, Params, Result, Section
 from reports.spark import Dataset
 
@@ -117,10 +117,7 @@ def run(data: Dataset, params: Params) -> Result:
 
 def _window_hops(data: Dataset, params: Params) -> DataFrame:
     """Hops in the window, with their dispatcher's parent and depth."""
-    at = F.col("at")
-    hops = data.table("hops").where(
-        (at >= F.lit(params.window_start)) & (at < F.lit(params.window_end))
-    )
+    hops = data.table("hops").where(frames.in_window("at", params))
     if params.region:
         hops = hops.join(_region_events(data, params.region), "event_id", "left_semi")
     tree = data.table("dispatchers").select(

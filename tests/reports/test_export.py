@@ -13,6 +13,7 @@ from broker.models import AuditEntry, Delivery, Event
 from broker.services.deliveries import acknowledge_delivery, confirm_receipt
 from broker.services.events import publish_event
 from demo.scenario import WORM_ALERT, load_scenario
+from reports.dataset import LAYOUT, LAYOUT_FILE
 from reports.export import export_changes, freshness
 from reports.models import ExportWatermark
 from tests.broker.tree_helpers import wait_until_idle
@@ -70,6 +71,7 @@ def test_the_first_export_holds_every_event_and_delivery_as_the_database_has_the
     for delivery in expected:
         assert deliveries[delivery.pk]["state"] == delivery.state
         assert deliveries[delivery.pk]["delivered_at"] == delivery.delivered_at
+        assert deliveries[delivery.pk]["published_at"] == alert.published_at
     assert len(rows(dataset, "deliveries")) == Delivery.objects.count()
 
 
@@ -137,3 +139,17 @@ def test_an_emptied_database_starts_a_new_dataset(dataset, alert):
     export_changes()
     assert str(alert.id) not in {row["id"] for row in rows(dataset, "events")}
     assert AuditEntry.objects.count() == len(rows(dataset, "audit"))
+
+
+def test_a_dataset_of_another_layout_is_exported_again_from_the_start(dataset, alert):
+    export_changes()
+    (dataset / LAYOUT_FILE).write_text(f"{LAYOUT - 1}\n")  # as an older release wrote it
+    stale = dataset / "deliveries" / "batch=1" / "part-0.parquet"
+    stale.parent.mkdir()
+    stale.write_bytes(b"a batch of the old layout")
+    export_changes()
+    assert (dataset / LAYOUT_FILE).read_text().strip() == str(LAYOUT)
+    assert not stale.parent.exists()
+    assert len(list((dataset / "deliveries").iterdir())) == 1  # one batch: everything
+    assert len(rows(dataset, "deliveries")) == Delivery.objects.count()
+    assert ExportWatermark.objects.get(table="deliveries").batches == 1
