@@ -201,7 +201,7 @@ def _with_details(found: DataFrame, *, bulk: bool) -> DataFrame:
     something a section reads, and Spark evaluates only what a section goes on to read."""
     action = F.col("action")
     confirmed = F.get_json_object("details", "$.confirmed_count").isNotNull()
-    clients = F.get_json_object("details", "$.clients.names") if bulk else F.lit(None)
+    clients = _bulk_clients() if bulk else F.lit(None)
     parsed = found.select(
         "id", "at", "actor", "action", "outcome", "target",
         F.coalesce("category", F.lit(audit.OTHER)).alias("category"),
@@ -218,6 +218,14 @@ def _with_details(found: DataFrame, *, bulk: bool) -> DataFrame:
         F.coalesce("d.refusers", F.lit(0)).alias("refusers"),
         F.col("d.subtrees").isNotNull().alias("in_subtrees"),
     )  # fmt: skip
+
+
+def _bulk_clients() -> Column:
+    """The names a bulk change lists (JSON text), parsed only in details whose text
+    holds the key: most entries (answers) hold no list, and a text search costs far
+    less than a JSON parse. (Details are PostgreSQL's jsonb as text: keys unescaped.)"""
+    may_list = F.col("details").contains('"clients"')
+    return F.when(may_list, F.get_json_object("details", "$.clients.names"))
 
 
 def _client_name(column: str) -> Column:
@@ -262,29 +270,32 @@ def _involving_by_name(entries: DataFrame, clients: DataFrame) -> DataFrame:
     )
 
 
+def _named(name: Column, *, listed: bool = False) -> Column:
+    """A name an entry involves, and whether it is among the receivers it lists."""
+    return F.struct(name.alias("client"), F.lit(listed).alias("listed"))
+
+
 def _involving_by_list(entries: DataFrame, clients: DataFrame) -> DataFrame:
     """Entries listing clients (policy refusals, bulk changes) involving the region by
-    their actor, target or a client listed; their listed receivers narrowed to it."""
-    clients = F.broadcast(clients)
-    empty = F.array().cast("array<string>")
+    their actor, target or a client listed; their listed receivers narrowed to it.
+    Every name an entry involves is matched with the region's in one pass, then the
+    entries matched are taken with what they list there (two reads of `entries`)."""
+    empty = F.array().cast("array<struct<client:string,listed:boolean>>")
     named = F.concat(
-        F.array("actor_client", "target_client"),
-        F.coalesce("listed", empty),
-        F.coalesce("bulk", empty),
+        F.array(_named(F.col("actor_client")), _named(F.col("target_client"))),
+        F.coalesce(F.transform("listed", lambda name: _named(name, listed=True)), empty),
+        F.coalesce(F.transform("bulk", lambda name: _named(name)), empty),
     )
-    involved = entries.select("id", F.explode(named).alias("client"))
-    kept = entries.join(
-        involved.join(clients, "client", "left_semi").select("id").distinct(), "id", "left_semi"
-    )
-    listed_here = (
-        entries.select("id", F.explode("listed").alias("client"))
-        .join(clients, "client", "left_semi")
+    matched = (
+        entries.select("id", F.explode(named).alias("n"))
+        .select("id", "n.client", "n.listed")
+        .join(F.broadcast(clients), "client", "left_semi")
         .groupBy("id")
-        .agg(F.collect_list("client").alias("listed_here"))
+        .agg(F.collect_list(F.when(F.col("listed"), F.col("client"))).alias("listed_here"))
     )
-    listed = F.when(F.col("listed").isNotNull(), F.coalesce("listed_here", empty))
+    listed = F.when(F.col("listed").isNotNull(), F.col("listed_here"))
     return (
-        kept.join(listed_here, "id", "left")
+        entries.join(matched, "id")
         .withColumns({"listed": listed, "unlisted": F.lit(0).cast("long")})
         .withColumn(
             "refusers",
