@@ -5,8 +5,9 @@ overall.
 
 A delivery's hop count is the number of dispatchers on the tree path from the sender's
 leaf to the receiver's leaf: up to their lowest common ancestor and down, each counted
-once (1 when both are on the same leaf). It is worked out once per pair of leaves from
-the dispatchers table (a few hundred rows), never per delivery.
+once (1 when both are on the same leaf). It is worked out once per pair of leaves (the
+window's senders' leaves and every leaf) from the dispatchers table (a few hundred rows),
+never per delivery.
 
 Percentiles are exact, interpolated between the two nearest ranks as Spark's
 `percentile` and numpy's default are, over microseconds (reports.jobs.percentiles).
@@ -49,7 +50,7 @@ GROUPINGS = {"by_hops": "hops", "by_region": "region", "overall": None}
 
 def run(data: Dataset, params: Params) -> Result:
     """The latency report over the deliveries of the events published in the window."""
-    figures = _figures_by_group(_with_hops(data, params, _hops_between_leaves(data)))
+    figures = _figures_by_group(_with_hops(data, params))
     sections = {name: _section_rows(figures, name, key) for name, key in GROUPINGS.items()}
     overall = sections["overall"][0] if sections["overall"] else {}
     summary = {
@@ -61,17 +62,25 @@ def run(data: Dataset, params: Params) -> Result:
     return Result(summary=summary, sections=sections)
 
 
-def _with_hops(data: Dataset, params: Params, hops: DataFrame) -> DataFrame:
+def _with_hops(data: Dataset, params: Params) -> DataFrame:
     """The window's deliveries with their delays (µs) and their hop count (0 when the
     sender or the receiver is on no leaf)."""
-    senders = data.table("clients").select(
-        F.col("id").alias("sender_id"), F.col("dispatcher_id").alias("sender_dispatcher")
+    senders = _sender_leaves(data, params)
+    pairs = _hops_between_leaves(data, set(senders.values()))
+    spark = data.spark
+    # Both a few rows, worked out once: each query over the deliveries takes them as
+    # they are, and a delivery finds its hop count by two joins on numbers.
+    senders_frame = spark.createDataFrame(
+        list(senders.items()), "sender_id long, sender_dispatcher long"
+    )
+    pairs_frame = spark.createDataFrame(
+        pairs, "sender_dispatcher long, receiver_dispatcher long, hops int"
     )
     deliveries = frames.window_deliveries(data, params).join(
-        F.broadcast(senders), "sender_id", "left"
+        F.broadcast(senders_frame), "sender_id", "left"
     )
     return deliveries.join(
-        F.broadcast(hops), ["sender_dispatcher", "receiver_dispatcher"], "left"
+        F.broadcast(pairs_frame), ["sender_dispatcher", "receiver_dispatcher"], "left"
     ).select(
         F.coalesce(F.col("hops"), F.lit(0)).alias("hops"),
         "region",
@@ -80,43 +89,44 @@ def _with_hops(data: Dataset, params: Params, hops: DataFrame) -> DataFrame:
     )
 
 
-def _ancestors(data: Dataset) -> DataFrame:
-    """(dispatcher, ancestor, steps up): every dispatcher's path to the root,
-    itself at 0 steps; the tree is at most MAX_DEPTH levels deep."""
-    parents = data.table("dispatchers").select(
-        F.col("id").alias("ancestor"), F.col("parent_id").alias("parent")
+def _sender_leaves(data: Dataset, params: Params) -> dict[int, int]:
+    """{sender: its leaf} for the senders of the window's events that are on one (a
+    delivery's sender is its event's)."""
+    senders = frames.window_events(data, params).select("sender_id").distinct()
+    placed = (
+        data.table("clients")
+        .where(F.col("dispatcher_id").isNotNull())
+        .select(F.col("id").alias("sender_id"), "dispatcher_id")
+        .join(F.broadcast(senders), "sender_id", "left_semi")
     )
-    level = data.table("dispatchers").select(
-        F.col("id").alias("dispatcher"), F.col("id").alias("ancestor"), F.lit(0).alias("up")
-    )
-    paths = level
-    for _ in range(MAX_DEPTH - 1):
-        level = (
-            level.join(F.broadcast(parents), "ancestor")
-            .where(F.col("parent").isNotNull())
-            .select("dispatcher", F.col("parent").alias("ancestor"), (F.col("up") + 1).alias("up"))
-        )
-        paths = paths.unionByName(level)
-    return paths
+    return {row["sender_id"]: row["dispatcher_id"] for row in placed.collect()}
 
 
-def _hops_between_leaves(data: Dataset) -> DataFrame:
-    """(sender_dispatcher, receiver_dispatcher, hops) for every pair of dispatchers
-    that hold clients: steps up to the nearest common ancestor and down, plus one."""
-    held = data.table("clients").where(F.col("dispatcher_id").isNotNull())
-    leaves = held.select(F.col("dispatcher_id").alias("dispatcher")).distinct()
-    paths = _ancestors(data).join(leaves, "dispatcher", "left_semi")
-    up = paths.select(
-        F.col("dispatcher").alias("sender_dispatcher"), "ancestor", F.col("up").alias("up_s")
-    )
-    down = paths.select(
-        F.col("dispatcher").alias("receiver_dispatcher"), "ancestor", F.col("up").alias("up_r")
-    )
-    return (
-        up.join(down, "ancestor")
-        .groupBy("sender_dispatcher", "receiver_dispatcher")
-        .agg((F.min(F.col("up_s") + F.col("up_r")) + 1).alias("hops"))
-    )
+def _hops_between_leaves(data: Dataset, sender_leaves: set[int]) -> list[tuple[int, int, int]]:
+    """(sender's leaf, receiver's dispatcher, hops) from each of `sender_leaves` to
+    every dispatcher of the tree: steps up to their nearest common ancestor and down,
+    plus one. The tree is the dispatchers table (a few hundred rows at most)."""
+    parents = dict(data.table("dispatchers").select("id", "parent_id").collect())
+    paths = {dispatcher: _path_up(dispatcher, parents) for dispatcher in parents}
+    pairs = []
+    for sender_leaf in sender_leaves & paths.keys():
+        up_from_sender = paths[sender_leaf]
+        for dispatcher, up_from_receiver in paths.items():
+            common = up_from_sender.keys() & up_from_receiver.keys()
+            if common:
+                steps = min(up_from_sender[a] + up_from_receiver[a] for a in common)
+                pairs.append((sender_leaf, dispatcher, steps + 1))
+    return pairs
+
+
+def _path_up(dispatcher: int, parents: dict[int, int | None]) -> dict[int, int]:
+    """{ancestor: steps up} from `dispatcher` (itself at 0) to the root; the tree is
+    at most MAX_DEPTH levels deep."""
+    path, steps, at = {}, 0, dispatcher
+    while at is not None and at not in path and steps < MAX_DEPTH:
+        path[at] = steps
+        at, steps = parents.get(at), steps + 1
+    return path
 
 
 def _figures_by_group(deliveries: DataFrame) -> list[dict]:
