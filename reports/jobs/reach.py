@@ -68,9 +68,10 @@ def run(data: Dataset, params: Params) -> Result:
     by_region = _tallies_by_region(deliveries).cache()
     try:
         by_event = _tallies_by_event(by_region, events, regional=bool(params.region))
-        summary = _summary(by_event, params)
+        commands = frames.rows(by_event, SECTIONS["commands"].field_names, limit=MAX_ROWS)
+        summary = _summary(by_event, commands, params)
         sections = {
-            "commands": frames.rows(by_event, SECTIONS["commands"].field_names, limit=MAX_ROWS),
+            "commands": commands,
             "regions": frames.rows(
                 _ordered_regions(by_region),
                 SECTIONS["regions"].field_names,
@@ -155,11 +156,16 @@ def _never_answered(deliveries: DataFrame) -> list[dict]:
     return frames.rows(ordered, SECTIONS["never_answered"].field_names, limit=MAX_ROWS)
 
 
-def _summary(by_event: DataFrame, params: Params) -> dict:
-    """Totals over every event of the window (the sections may be cut at MAX_ROWS)."""
-    totals = by_event.agg(
-        F.count(F.lit(1)).alias("events"), *(F.sum(name).alias(name) for name in COUNT_NAMES)
-    ).first()
+def _summary(by_event: DataFrame, commands: list[dict], params: Params) -> dict:
+    """Totals over every event of the window: added up from the `commands` rows when
+    they are all of them (fewer than MAX_ROWS: no query), else counted by Spark."""
+    if len(commands) < MAX_ROWS:
+        totals = {name: sum(row[name] for row in commands) for name in COUNT_NAMES}
+        totals["events"] = len(commands)
+    else:
+        totals = by_event.agg(
+            F.count(F.lit(1)).alias("events"), *(F.sum(name).alias(name) for name in COUNT_NAMES)
+        ).first()
     summary = {name: int(totals[name] or 0) for name in ("events", *COUNT_NAMES)}
     # Every receiver a resend would go to (broker.reads.progress.UNANSWERED_STATES).
     summary["never_answered"] = summary["no_answer"] + summary["expired"]

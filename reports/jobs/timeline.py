@@ -93,15 +93,15 @@ def run(data: Dataset, params: Params) -> Result:
     bucket = bucket_seconds(params)
     events = _events_with_deliveries(data, params).cache()
     try:
-        series = _series(events, bucket)
-        senders = _senders(events)
-        totals = events.agg(
-            F.count(F.lit(1)).alias("events"), F.sum("deliveries").alias("deliveries")
-        ).first()
         sections = {
-            "series": frames.rows(series, SECTIONS["series"].field_names, limit=MAX_ROWS),
-            "senders": frames.rows(senders, SECTIONS["senders"].field_names, limit=MAX_ROWS),
+            "series": frames.rows(
+                _series(events, bucket), SECTIONS["series"].field_names, limit=MAX_ROWS
+            ),
+            "senders": frames.rows(
+                _senders(events), SECTIONS["senders"].field_names, limit=MAX_ROWS
+            ),
         }
+        totals = _totals(events, sections["senders"])
     finally:
         events.unpersist()
     markers = _markers(data, params)
@@ -121,6 +121,16 @@ def run(data: Dataset, params: Params) -> Result:
         "region": params.region,
     }
     return Result(summary=summary, sections=sections)
+
+
+def _totals(events: DataFrame, senders: list[dict]) -> dict:
+    """Events and deliveries in all: added up from the `senders` rows when they are
+    all of them (fewer than MAX_ROWS: no query), else counted by Spark."""
+    if len(senders) < MAX_ROWS:
+        return {name: sum(row[name] for row in senders) for name in ("events", "deliveries")}
+    return events.agg(
+        F.count(F.lit(1)).alias("events"), F.sum("deliveries").alias("deliveries")
+    ).first()
 
 
 def _events_with_deliveries(data: Dataset, params: Params) -> DataFrame:

@@ -118,3 +118,13 @@ def test_an_empty_window_gives_empty_sections(incident):
 
     assert result.sections == {"commands": [], "regions": [], "never_answered": []}
     assert result.summary["events"] == result.summary["targeted"] == 0
+
+
+def test_totals_count_every_event_when_the_commands_section_is_cut(incident, monkeypatch):
+    whole = reach.run(incident.data, incident.params)
+    monkeypatch.setattr(reach, "MAX_ROWS", 2)
+
+    cut = reach.run(incident.data, incident.params)
+
+    assert len(cut.sections["commands"]) == 2 < whole.summary["events"]
+    assert {**cut.summary, "rows_limit": None} == {**whole.summary, "rows_limit": None}

@@ -167,3 +167,16 @@ def test_a_window_without_events_gives_empty_sections_and_a_wider_bucket(inciden
     assert all(rows == [] for rows in result.sections.values())
     assert result.summary["events"] == result.summary["deliveries"] == 0
     assert result.summary["bucket_s"] == 6 * 3600  # 30 days in 120 buckets
+
+
+def test_totals_count_every_event_when_the_senders_section_is_cut(incident, monkeypatch):
+    whole = timeline.run(incident.data, incident.params)
+    monkeypatch.setattr(timeline, "MAX_ROWS", 1)
+
+    cut = timeline.run(incident.data, incident.params)
+
+    assert len(cut.sections["senders"]) == 1 < len(whole.sections["senders"])
+    assert (cut.summary["events"], cut.summary["deliveries"]) == (
+        whole.summary["events"],
+        whole.summary["deliveries"],
+    )
