@@ -28,9 +28,10 @@ ratio is Spark's over DuckDB's, for the slowest of the warm, window and region r
 Last, how each report's warm run grew from the smallest size to the largest.
 
 Exits 1 unless every report, in a warm session, took at most --warm-budget-s (3 s) and
---ratio-budget (10x) DuckDB's time at the baseline's size, for the warm runs, the
-changed window and the changed region alike; at most --large-budget-s (20 s) warm at
-the largest size; and at most --budget-s (180 s) for start-up and first run anywhere.
+--ratio-budget (10x) DuckDB's time (where DuckDB ran) over up to 1,000,000 delivery
+records, for the warm runs, the changed window and the changed region alike; at most
+--large-budget-s (20 s) for those runs over more; and at most --budget-s (180 s) for
+start-up and first run anywhere.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 FOLDER = ROOT / "var" / "bench-reports"
 KINDS = ("timeline", "reach", "audit", "tree", "latency")
+
+
+CONVERSATIONAL_SIZE = 1_000_000  # delivery records: up to here, 3 s and 10x DuckDB's time
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -219,16 +223,15 @@ def within_budget(results: dict, args: argparse.Namespace) -> bool:
 def budget_misses(figures: dict, size: int, args: argparse.Namespace) -> list[str]:
     cold = figures["startup_s"] + seconds_of(figures, "first")
     misses = [f"start-up and first run {cold:.1f} s"] if cold > args.budget_s else []
-    limit = None
-    if size == args.baseline_size:
-        limit = args.warm_budget_s
-    elif size == max(args.sizes):
-        limit = args.large_budget_s
+    # The issue's figures hold by size: a conversation's pace up to a million deliveries,
+    # 20 s over ten million (whichever size DuckDB ran on).
+    conversational = size <= CONVERSATIONAL_SIZE
+    limit = args.warm_budget_s if conversational else args.large_budget_s
     for run in WARM_RUNS:
         took = seconds_of(figures, run)
-        if limit is not None and took > limit:
+        if took > limit:
             misses.append(f"{run} run {took:.2f} s > {limit:.0f} s")
-    if figures.get("ratio") and figures["ratio"] > args.ratio_budget:
+    if conversational and figures.get("ratio") and figures["ratio"] > args.ratio_budget:
         misses.append(f"{figures['ratio']:.1f}x DuckDB's time")
     return misses
 
