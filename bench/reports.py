@@ -47,6 +47,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from bench.services import fresh_database, run_in_process
+from reports.dataset import in_current_layout
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,7 +108,7 @@ def environment_for(env: dict[str, str], size: int) -> dict[str, str]:
 def prepare(args: argparse.Namespace, env: dict[str, str], size: int) -> None:
     """Generate the traffic and export it, unless --reuse finds both done."""
     done_mark = Path(env["REPORTS_DATASET"]) / ".generated"
-    if args.reuse and done_mark.exists() and in_this_layout(Path(env["REPORTS_DATASET"])):
+    if args.reuse and done_mark.exists() and in_current_layout(Path(env["REPORTS_DATASET"])):
         print(f"\n== {size:,} delivery records (reused: {done_mark.read_text().strip()})")
         return
     print(f"\n== {size:,} delivery records")
@@ -123,14 +124,6 @@ def prepare(args: argparse.Namespace, env: dict[str, str], size: int) -> None:
     summary += f"{on_disk / 1e6:,.0f} MB of Parquet"
     print(summary)
     done_mark.write_text(summary + "\n")
-
-
-def in_this_layout(dataset: Path) -> bool:
-    """Whether the dataset was exported in the layout the reports read now."""
-    from reports.dataset import LAYOUT, LAYOUT_FILE
-
-    marker = dataset / LAYOUT_FILE
-    return marker.exists() and marker.read_text().strip() == str(LAYOUT)
 
 
 def manage(env: dict[str, str], *argv: str) -> None:

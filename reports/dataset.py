@@ -246,6 +246,12 @@ TABLES: dict[str, Table] = {
 }
 
 
+def in_current_layout(root: Path) -> bool:
+    """Whether the dataset at `root` says it was written in this LAYOUT."""
+    marker = root / LAYOUT_FILE
+    return marker.exists() and marker.read_text().strip() == str(LAYOUT)
+
+
 def batches(folder: Path) -> list[Path]:
     """The table's batch folders, oldest first."""
     if not folder.is_dir():

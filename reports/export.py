@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from django.conf import settings
 from django.db import connection, transaction
 
-from reports.dataset import LAYOUT, LAYOUT_FILE, TABLES, Table
+from reports.dataset import LAYOUT, LAYOUT_FILE, TABLES, Table, in_current_layout
 from reports.models import ExportWatermark
 
 # Only one export at a time writes the dataset (PostgreSQL advisory lock key).
@@ -70,8 +70,12 @@ def _forget_another_databases_rows(root: Path) -> None:
     """With no watermark, the database is new (or was emptied): files already in the
     dataset were exported from something else and would be counted with its rows."""
     if root.exists() and not ExportWatermark.objects.exists():
-        for child in root.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
+        _empty(root)
+
+
+def _empty(root: Path) -> None:
+    for child in root.iterdir():
+        shutil.rmtree(child) if child.is_dir() else child.unlink()
 
 
 def _start_again_on_another_layout(root: Path) -> None:
@@ -79,13 +83,13 @@ def _start_again_on_another_layout(root: Path) -> None:
     say) is exported again from the start, rather than read as files of two layouts
     (the new column null in the old ones). The watermarks go first: a crash between the
     two leaves files without watermarks, which the next export clears."""
-    marker = root / LAYOUT_FILE
-    written = marker.read_text().strip() if marker.exists() else None
-    if written != str(LAYOUT) and root.exists() and any(root.iterdir()):
+    if in_current_layout(root):
+        return
+    if root.exists() and any(root.iterdir()):
         ExportWatermark.objects.all().delete()
-        _forget_another_databases_rows(root)
+        _empty(root)
     root.mkdir(parents=True, exist_ok=True)
-    marker.write_text(f"{LAYOUT}\n")
+    (root / LAYOUT_FILE).write_text(f"{LAYOUT}\n")
 
 
 def _silent(stage: str, fraction: float) -> None:
