@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from broker.services.tree import MAX_DEPTH
 from reports.jobs import frames, percentiles
 from reports.results import Field, Params, Result, Section
-from reports.spark import Dataset
+from reports.spark import Dataset, small_frame
 
 PERCENTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 MEASURES = (("delivery", "delivered_at", "delivery"), ("ack", "acked_at", "acknowledgement"))
@@ -67,14 +67,13 @@ def _with_hops(data: Dataset, params: Params) -> DataFrame:
     sender or the receiver is on no leaf)."""
     senders = _sender_leaves(data, params)
     pairs = _hops_between_leaves(data, set(senders.values()))
-    spark = data.spark
     # Both a few rows, worked out once: each query over the deliveries takes them as
     # they are, and a delivery finds its hop count by two joins on numbers.
-    senders_frame = spark.createDataFrame(
-        list(senders.items()), "sender_id long, sender_dispatcher long"
+    senders_frame = small_frame(
+        data.spark, list(senders.items()), "sender_id long, sender_dispatcher long"
     )
-    pairs_frame = spark.createDataFrame(
-        pairs, "sender_dispatcher long, receiver_dispatcher long, hops int"
+    pairs_frame = small_frame(
+        data.spark, pairs, "sender_dispatcher long, receiver_dispatcher long, hops int"
     )
     deliveries = frames.window_deliveries(data, params).join(
         F.broadcast(senders_frame), "sender_id", "left"

@@ -22,8 +22,11 @@ from itertools import accumulate
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from reports.spark import small_frame
+
 BINS_PER_DOUBLING = 128
 GROUP = ["grouping", "key", "series"]
+BINS_SCHEMA = "grouping string, key string, series string, bin long"
 
 
 @dataclass
@@ -137,18 +140,12 @@ def _values_at(
 def _picked(binned: DataFrame, groupings: dict, places: set[tuple]) -> dict:
     """(group, bin, offset) -> the value there, for each of `places`. Only values whose
     series and bin some group wants are spread over the groupings and sorted."""
-    wanted = binned.sparkSession.createDataFrame(
-        [(*group, bin_, offset) for group, bin_, offset in places],
-        "grouping string, key string, series string, bin long, offset int",
-    )
-    series_bins = F.broadcast(wanted.select("series", "bin").distinct())
-    bins = F.broadcast(wanted.select(*GROUP, "bin").distinct())
+    series_bins, bins, wanted = _wanted(binned.sparkSession, places)
     in_order = Window.partitionBy(*GROUP, "bin").orderBy("value")
+    candidates = binned.join(F.broadcast(series_bins), ["series", "bin"], "left_semi")
     found = (
-        _in_groups(
-            binned.join(series_bins, ["series", "bin"], "left_semi"), groupings, "bin", "value"
-        )
-        .join(bins, [*GROUP, "bin"], "left_semi")
+        _in_groups(candidates, groupings, "bin", "value")
+        .join(F.broadcast(bins), [*GROUP, "bin"], "left_semi")
         .withColumn("offset", F.row_number().over(in_order) - 1)
         .join(F.broadcast(wanted), [*GROUP, "bin", "offset"])
         .collect()
@@ -157,6 +154,19 @@ def _picked(binned: DataFrame, groupings: dict, places: set[tuple]) -> dict:
         ((row["grouping"], row["key"], row["series"]), row["bin"], row["offset"]): row["value"]
         for row in found
     }
+
+
+def _wanted(spark, places: set[tuple]) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """The series' bins, the groups' bins and the places wanted, as frames made on the
+    driver (a distinct of one frame in Spark would cost a job for each)."""
+    wanted = sorted((*group, bin_, offset) for group, bin_, offset in places)
+    bins = sorted({place[:4] for place in wanted})
+    series_bins = sorted({(series, bin_) for _, _, series, bin_ in bins})
+    return (
+        small_frame(spark, series_bins, "series string, bin long"),
+        small_frame(spark, bins, BINS_SCHEMA),
+        small_frame(spark, wanted, f"{BINS_SCHEMA}, offset int"),
+    )
 
 
 def _interpolated(

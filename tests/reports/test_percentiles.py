@@ -4,8 +4,10 @@ spread, the ties, the signs and the group sizes."""
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime
 
 from reports.jobs.percentiles import percentiles
+from reports.spark import small_frame
 from tests.reports.expected import percentile
 
 FRACTIONS = {"p0": 0.0, "p50": 0.5, "p95": 0.95, "p99": 0.99, "p100": 1.0}
@@ -39,3 +41,17 @@ def test_binned_percentiles_equal_those_of_the_sorted_values_per_group_and_overa
         assert row["count"] == len(group)
         for name, fraction in FRACTIONS.items():
             assert row[name] == percentile(group, fraction), (row["key"], name)
+
+
+def test_a_small_frame_holds_its_rows_and_types_in_the_plan_itself(spark):
+    rows = [(1, "café ☕", datetime(2026, 11, 28, 9, 30, tzinfo=UTC)), (2, None, None)]
+    frame = small_frame(spark, rows, "id long, name string, at timestamp")
+    empty = small_frame(spark, [], "id long, name string, at timestamp")
+
+    assert [tuple(row) for row in frame.orderBy("id").collect()] == [
+        (1, "café ☕", datetime(2026, 11, 28, 9, 30)),  # the session's zone is UTC
+        (2, None, None),
+    ]
+    assert frame.schema == empty.schema and empty.count() == 0
+    # A local relation: no RDD of pickles for Python workers to read at each query.
+    assert frame._jdf.queryExecution().analyzed().getClass().getSimpleName() == "LocalRelation"
