@@ -22,11 +22,8 @@ from itertools import accumulate
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from reports.spark import small_frame
-
 BINS_PER_DOUBLING = 128
 GROUP = ["grouping", "key", "series"]
-BINS_SCHEMA = "grouping string, key string, series string, bin long"
 
 
 @dataclass
@@ -58,15 +55,21 @@ def percentiles(
     grouping: name -> the column whose values are its groups (as text), or None for
     one group of everything (key ""). Returns dicts of grouping, key, series, `count`
     (of non-null values) and one value per name of `fractions`. Groups without values
-    are left out."""
+    are left out; rows with a null in a grouping's column are a group of their own
+    there (key None)."""
     binned = values.where(F.col("value").isNotNull()).withColumn("bin", _bin(F.col("value")))
     histograms = _histograms(binned, groupings)
     wanted = {group: _ranks(h.total, fractions) for group, h in histograms.items()}
     found = _values_at(binned, groupings, histograms, wanted)
     return [
         _interpolated(group, histograms[group].total, wanted[group], found, fractions)
-        for group in sorted(histograms)
+        for group in sorted(histograms, key=_in_order)
     ]
+
+
+def _in_order(group: tuple) -> tuple:
+    # A group whose key is null (a row without a value of the column grouped by) first.
+    return tuple((part is not None, part or "") for part in group)
 
 
 def _bin(value: Column) -> Column:
@@ -138,16 +141,18 @@ def _values_at(
 
 
 def _picked(binned: DataFrame, groupings: dict, places: set[tuple]) -> dict:
-    """(group, bin, offset) -> the value there, for each of `places`. Only values whose
-    series and bin some group wants are spread over the groupings and sorted."""
-    series_bins, bins, wanted = _wanted(binned.sparkSession, places)
+    """(group, bin, offset) -> the value there, for each of `places`. Only values in a
+    bin some group wants are spread over the groupings, and only a group's wanted bins
+    sorted. (Places are picked by filters on sets of values, not joins with frames of
+    them: each join with a frame, however small, would cost a Spark job to broadcast it.)"""
+    bins = {(*group, bin_) for group, bin_, _ in places}
     in_order = Window.partitionBy(*GROUP, "bin").orderBy("value")
-    candidates = binned.join(F.broadcast(series_bins), ["series", "bin"], "left_semi")
+    candidates = binned.where(F.col("bin").isin(sorted({place[-1] for place in bins})))
     found = (
         _in_groups(candidates, groupings, "bin", "value")
-        .join(F.broadcast(bins), [*GROUP, "bin"], "left_semi")
+        .where(_place(*GROUP, "bin").isin(sorted(_place_text(bin_) for bin_ in bins)))
         .withColumn("offset", F.row_number().over(in_order) - 1)
-        .join(F.broadcast(wanted), [*GROUP, "bin", "offset"])
+        .where(_place(*GROUP, "bin", "offset").isin(sorted(_place_text(p) for p in _flat(places))))
         .collect()
     )
     return {
@@ -156,17 +161,21 @@ def _picked(binned: DataFrame, groupings: dict, places: set[tuple]) -> dict:
     }
 
 
-def _wanted(spark, places: set[tuple]) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """The series' bins, the groups' bins and the places wanted, as frames made on the
-    driver (a distinct of one frame in Spark would cost a job for each)."""
-    wanted = sorted((*group, bin_, offset) for group, bin_, offset in places)
-    bins = sorted({place[:4] for place in wanted})
-    series_bins = sorted({(series, bin_) for _, _, series, bin_ in bins})
-    return (
-        small_frame(spark, series_bins, "series string, bin long"),
-        small_frame(spark, bins, BINS_SCHEMA),
-        small_frame(spark, wanted, f"{BINS_SCHEMA}, offset int"),
-    )
+# A place (a group, a bin, an offset) as one text, the same in Spark as in Python.
+PLACE_SEPARATOR, NULL_TEXT = "\x1f", "\x00null"
+
+
+def _place(*columns: str) -> Column:
+    texts = [F.coalesce(F.col(c).cast("string"), F.lit(NULL_TEXT)) for c in columns]
+    return F.concat_ws(PLACE_SEPARATOR, *texts)
+
+
+def _place_text(values: tuple) -> str:
+    return PLACE_SEPARATOR.join(NULL_TEXT if v is None else str(v) for v in values)
+
+
+def _flat(places: set[tuple]) -> list[tuple]:
+    return [(*group, bin_, offset) for group, bin_, offset in places]
 
 
 def _interpolated(

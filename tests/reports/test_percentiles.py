@@ -22,6 +22,9 @@ def drawn_values() -> list[tuple[str, str, int]]:
     rows += [("signed", "a", draw.randint(-50_000, 50_000)) for _ in range(700)]
     rows += [("one", "a", 42), ("two", "a", 7), ("two", "a", 8)]
     rows += [("wide", "b", draw.randint(0, 10**9)) for _ in range(800)]
+    # Groups named with what a region's name may hold: a null, separators, other scripts.
+    rows += [(None, "a", draw.randint(0, 900)) for _ in range(40)]
+    rows += [("ré\x1fgion, \"eu\"", "a", draw.randint(0, 900)) for _ in range(40)]
     return rows
 
 
