@@ -9,6 +9,7 @@ reader, a batch of rows at a time, so that ten million rows never sit in memory.
 
 from __future__ import annotations
 
+import filecmp
 import os
 import shutil
 import tempfile
@@ -126,7 +127,9 @@ def _export_in_snapshot(root: Path, progress: Progress) -> ExportResult:
 
 def _export_table(table: Table, root: Path, *, xmin: int, now: datetime) -> int:
     if not table.incremental:
-        return _write_parquet(_select(table), root / table.name, "part-0.parquet", table)
+        # In a fixed order: a table exported again unchanged is the same file (kept).
+        query = f"{_select(table)} ORDER BY 1"
+        return _write_parquet(query, root / table.name, "part-0.parquet", table)
     mark, _ = ExportWatermark.objects.select_for_update().get_or_create(table=table.name)
     rows = 0
     if xmin > mark.txid:
@@ -151,7 +154,8 @@ def _select(table: Table, *, since: int | None = None, below: int | None = None)
 
 def _write_parquet(query: str, folder: Path, name: str, table: Table) -> int:
     """COPY `query` out as CSV and write it to `folder/name` as Parquet, replacing the
-    folder whole and at once; an empty result writes nothing. Returns the rows."""
+    folder whole and at once; an empty result writes nothing, nor does a file the same
+    as the one there. Returns the rows."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".export-") as scratch:
         csv_path = Path(scratch) / "rows.csv"
@@ -159,9 +163,17 @@ def _write_parquet(query: str, folder: Path, name: str, table: Table) -> int:
         staged = Path(scratch) / "out"
         staged.mkdir()
         rows = _csv_to_parquet(csv_path, staged / name, table)
+        if _unchanged(staged / name, folder / name):
+            return rows
         if rows or not table.incremental:
             _replace_folder(staged, folder)
     return rows
+
+
+def _unchanged(staged: Path, written: Path) -> bool:
+    """Whether the file staged holds the same bytes as the one written before, which is
+    then left as it is: a warm session keeps what it read of it (reports.kept)."""
+    return written.exists() and filecmp.cmp(staged, written, shallow=False)
 
 
 def _copy_out(query: str, path: Path) -> None:
@@ -181,9 +193,6 @@ def _csv_to_parquet(csv_path: Path, parquet_path: Path, table: Table) -> int:
         pq.write_table(table.schema.empty_table(), parquet_path, compression="zstd")
         return 0
     # Times arrive as microseconds since the epoch; everything else as its own type.
-    if csv_path.stat().st_size == 0:  # pyarrow's reader wants at least one row
-        pq.write_table(table.schema.empty_table(), parquet_path)
-        return 0
     read_types = {c.name: (pa.int64() if c.is_time else c.type) for c in table.columns}
     rows = 0
     with (

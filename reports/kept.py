@@ -10,6 +10,10 @@ A kept table is brought up to date before each run, from the folder alone:
 - anything else (a compaction rewrote the batches, a batch was rewritten, a snapshot
   table was exported again): the table is read whole again.
 
+A frame derived from tables (kept_derived: the deliveries with their receivers, which
+three reports join alike at every query) is kept the same way, and computed again
+whenever one of its tables changed.
+
 Kept frames are kept MEMORY_AND_DISK, so that a dataset larger than the driver's memory
 spills rather than fails. One dataset folder is kept at a time.
 """
@@ -17,6 +21,7 @@ spills rather than fails. One dataset folder is kept at a time.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,7 +42,7 @@ class Kept:
 
 _kept: dict[str, Kept] = {}
 _root: Path | None = None
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: a derived frame is built from kept tables
 
 
 def kept_table(data, name: str) -> DataFrame:
@@ -55,6 +60,22 @@ def kept_table(data, name: str) -> DataFrame:
         else:
             fresh = data.read(name)
         frame = _kept_in_memory(fresh)
+        if kept is not None:
+            kept.frame.unpersist()
+        _kept[name] = Kept(version, frame)
+        return frame
+
+
+def kept_derived(data, name: str, sources: tuple[str, ...], build: Callable) -> DataFrame:
+    """The frame `build()` computes from the tables `sources` of `data`, kept in memory
+    (under `name`, a name no table has) until one of those tables changes."""
+    with _lock:
+        _forget_other_roots(data.root)
+        version = tuple(folder_version(data.root / source) for source in sources)
+        kept = _kept.get(name)
+        if kept is not None and kept.version == version:
+            return kept.frame
+        frame = _kept_in_memory(build())
         if kept is not None:
             kept.frame.unpersist()
         _kept[name] = Kept(version, frame)

@@ -17,7 +17,7 @@ from pathlib import Path
 from django.conf import settings
 
 from reports.dataset import TABLES, batches
-from reports.kept import kept_table
+from reports.kept import kept_derived, kept_table
 
 _session = None
 _session_lock = threading.Lock()
@@ -112,6 +112,14 @@ class Dataset:
         """The table `name` (see reports.dataset.TABLES), read once per Dataset."""
         if name not in self._frames:
             self._frames[name] = kept_table(self, name) if self.keep else self.read(name)
+        return self._frames[name]
+
+    def derived(self, name: str, sources: tuple[str, ...], build: Callable):
+        """The frame `build()` computes from the tables `sources`, once per Dataset;
+        with `keep`, kept in memory between Datasets until one of those tables changes."""
+        if name not in self._frames:
+            kept = self.keep and name not in TABLES
+            self._frames[name] = kept_derived(self, name, sources, build) if kept else build()
         return self._frames[name]
 
     def read(self, name: str, *, only: list[Path] | None = None):

@@ -41,23 +41,37 @@ def window_events(data: Dataset, params: Params) -> DataFrame:
 def receivers(data: Dataset, params: Params) -> DataFrame:
     """Clients as receivers (receiver_id, receiver, region; a client without a region
     is in NO_REGION), only the region's when the run is for one."""
-    clients = data.table("clients").select(
+    clients = _every_receiver(data)
+    if params.region:
+        clients = clients.where(F.col("region") == params.region)
+    return clients
+
+
+def _every_receiver(data: Dataset) -> DataFrame:
+    return data.table("clients").select(
         F.col("id").alias("receiver_id"),
         F.col("name").alias("receiver"),
         F.coalesce(F.col("region"), F.lit(NO_REGION)).alias("region"),
         F.col("dispatcher_id").alias("receiver_dispatcher"),
     )
-    if params.region:
-        clients = clients.where(F.col("region") == params.region)
-    return clients
 
 
 def window_deliveries(data: Dataset, params: Params) -> DataFrame:
     """The deliveries of the events published in the window (each delivery carries its
     event's publishing time: no join with the events) to the run's receivers, with the
     receiver's name, region and leaf dispatcher."""
-    deliveries = data.table("deliveries").where(in_window("published_at", params))
-    return deliveries.join(F.broadcast(receivers(data, params)), "receiver_id")
+    deliveries = data.derived(
+        "deliveries to receivers", ("deliveries", "clients"), lambda: _to_receivers(data)
+    )
+    found = deliveries.where(in_window("published_at", params))
+    return found.where(F.col("region") == params.region) if params.region else found
+
+
+def _to_receivers(data: Dataset) -> DataFrame:
+    """Every delivery to a client, with the receiver's name, region and leaf: joined
+    once and kept by a warm session, not at each query (a broadcast costs a Spark job)."""
+    deliveries = data.table("deliveries").drop("txid")
+    return deliveries.join(F.broadcast(_every_receiver(data)), "receiver_id")
 
 
 def is_state(*states: str) -> Column:

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 from broker.audit import Actor
-from broker.models import AuditEntry, Delivery, Event
+from broker.models import AuditEntry, Client, Delivery, Event
 from broker.services.deliveries import acknowledge_delivery, confirm_receipt
 from broker.services.events import publish_event
 from demo.scenario import WORM_ALERT, load_scenario
@@ -153,3 +153,20 @@ def test_a_dataset_of_another_layout_is_exported_again_from_the_start(dataset, a
     assert len(list((dataset / "deliveries").iterdir())) == 1  # one batch: everything
     assert len(rows(dataset, "deliveries")) == Delivery.objects.count()
     assert ExportWatermark.objects.get(table="deliveries").batches == 1
+
+
+def test_a_snapshot_table_exported_again_unchanged_is_left_as_it_was(dataset, alert):
+    export_changes()
+    written = dataset / "clients" / "part-0.parquet"
+    before = written.stat()
+    export_changes()
+    assert (written.stat().st_ino, written.stat().st_mtime_ns) == (
+        before.st_ino,
+        before.st_mtime_ns,
+    )
+    Client.objects.filter(name="web-00001").update(is_active=False)
+    export_changes()
+    assert written.stat().st_ino != before.st_ino
+    assert [row["is_active"] for row in rows(dataset, "clients") if row["name"] == "web-00001"] == [
+        False
+    ]

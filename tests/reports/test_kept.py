@@ -124,3 +124,32 @@ def test_a_snapshot_table_exported_again_is_read_again(spark, settings, tmp_path
 
     again = Dataset(spark, root, keep=True).table("clients")
     assert [row.is_active for row in again.collect()] == [False]
+
+
+def test_a_derived_frame_is_kept_until_one_of_its_tables_changes(spark, settings, tmp_path):
+    settings.REPORTS_DATASET = root = tmp_path / "dataset"
+    model = ClientModel.objects.create(name="web-server")
+    client = Client.objects.create(name="web-00001", model=model, secret_hash="x")
+    entry("test.first")
+    export_changes()
+    builds = []
+
+    def active_clients(data):
+        builds.append(data)
+        return data.table("clients").select("name", "is_active")
+
+    def derived():
+        data = Dataset(spark, root, keep=True)
+        return data.derived("active clients", ("clients",), lambda: active_clients(data))
+
+    first = derived()
+    assert derived() is first and len(builds) == 1
+    entry("test.second")  # another table's change leaves it be
+    export_changes()
+    assert derived() is first
+    Client.objects.filter(pk=client.pk).update(is_active=False)
+    export_changes()
+
+    again = derived()
+    assert [tuple(row) for row in again.collect()] == [("web-00001", False)]
+    assert len(builds) == 2 and not first.is_cached

@@ -24,7 +24,7 @@ def drawn_values() -> list[tuple[str, str, int]]:
     rows += [("wide", "b", draw.randint(0, 10**9)) for _ in range(800)]
     # Groups named with what a region's name may hold: a null, separators, other scripts.
     rows += [(None, "a", draw.randint(0, 900)) for _ in range(40)]
-    rows += [("ré\x1fgion, \"eu\"", "a", draw.randint(0, 900)) for _ in range(40)]
+    rows += [('ré\x1fgion, "eu"', "a", draw.randint(0, 900)) for _ in range(40)]
     return rows
 
 
