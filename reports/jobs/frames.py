@@ -56,6 +56,12 @@ def _every_receiver(data: Dataset) -> DataFrame:
     )
 
 
+# What the reports read of a delivery (the kept join holds these only, to spare memory).
+DELIVERY_COLUMNS_READ = (
+    "event_id", "published_at", "receiver_id", "sender_id", "state", "delivered_at", "acked_at",
+)  # fmt: skip
+
+
 def window_deliveries(data: Dataset, params: Params) -> DataFrame:
     """The deliveries of the events published in the window (each delivery carries its
     event's publishing time: no join with the events) to the run's receivers, with the
@@ -70,7 +76,7 @@ def window_deliveries(data: Dataset, params: Params) -> DataFrame:
 def _to_receivers(data: Dataset) -> DataFrame:
     """Every delivery to a client, with the receiver's name, region and leaf: joined
     once and kept by a warm session, not at each query (a broadcast costs a Spark job)."""
-    deliveries = data.table("deliveries").drop("txid")
+    deliveries = data.table("deliveries").select(*DELIVERY_COLUMNS_READ)
     return deliveries.join(F.broadcast(_every_receiver(data)), "receiver_id")
 
 

@@ -112,20 +112,16 @@ def spark_cluster(folder: Path, *, workers: int = 2) -> tuple[str, Service, list
     """A standalone master and `workers` workers (one core, 1 GiB each) on 127.0.0.1;
     the master's URL, the master (its workers die with it) and the commands run."""
     folder.mkdir(parents=True, exist_ok=True)
-    port, ui_port = free_port(), free_port()
     env = dict(
         os.environ, SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP="127.0.0.1",
         SPARK_LOG_DIR=str(folder / "logs"), SPARK_NO_DAEMONIZE="1",
-        SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
+        # A port taken meanwhile (tests run side by side) fails the master, which is
+        # started again on others, rather than moving it where no worker looks for it.
+        SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false -Dspark.port.maxRetries=0",
         PYSPARK_PYTHON=sys.executable,
     )  # fmt: skip
-    master = spark_class(
-        "org.apache.spark.deploy.master.Master",
-        "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui_port),
-    )  # fmt: skip
-    url = f"spark://127.0.0.1:{port}"
-    commands = [master]
-    processes = [_start(master, env, folder / "master.log")]
+    master, url, ui_port = _master(folder, env)
+    commands, processes = [master.args], [master]
     for index in range(workers):
         worker = spark_class(
             "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
@@ -138,6 +134,34 @@ def spark_cluster(folder: Path, *, workers: int = 2) -> tuple[str, Service, list
     registered = f"{workers} Spark workers registered"
     wait_for(lambda: _alive_workers(alive) == workers, registered, timeout_s=START_TIMEOUT_S)
     return url, Service("Spark", processes), commands
+
+
+def _master(folder: Path, env: dict, attempts: int = 3) -> tuple[subprocess.Popen, str, int]:
+    """A master answering on its ports, started again on others if one was taken."""
+    for attempt in range(attempts):
+        port = free_port()
+        ui_port = next(p for p in iter(free_port, None) if p != port)
+        argv = spark_class(
+            "org.apache.spark.deploy.master.Master",
+            "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui_port),
+        )  # fmt: skip
+        master = _start(argv, env, folder / f"master-{attempt}.log")
+        alive = f"http://127.0.0.1:{ui_port}/json/"
+        up = wait_for(
+            lambda: master.poll() is not None or _master_url(alive),  # noqa: B023
+            "the Spark master answering or gone",
+            timeout_s=START_TIMEOUT_S,
+        )
+        if up == f"spark://127.0.0.1:{port}":
+            return master, up, ui_port
+        master.kill()
+    raise AssertionError(f"no Spark master started in {attempts} attempts (see {folder})")
+
+
+def _master_url(url: str) -> str | None:
+    with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(url, timeout=2) as reply:
+        return json.load(reply).get("url")
+    return None
 
 
 def _start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
