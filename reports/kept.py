@@ -56,14 +56,8 @@ def kept_table(data, name: str) -> DataFrame:
         if kept is not None and kept.version == version:
             return kept.frame
         if _only_added(name, kept, version):
-            fresh = _updated(data, name, kept, version)
-        else:
-            fresh = data.read(name)
-        frame = _kept_in_memory(fresh)
-        if kept is not None:
-            kept.frame.unpersist()
-        _kept[name] = Kept(version, frame)
-        return frame
+            return _keep(name, version, _updated(data, name, kept, version))
+        return _keep(name, version, data.read(name))
 
 
 def kept_derived(data, name: str, sources: tuple[str, ...], build: Callable) -> DataFrame:
@@ -75,11 +69,17 @@ def kept_derived(data, name: str, sources: tuple[str, ...], build: Callable) -> 
         kept = _kept.get(name)
         if kept is not None and kept.version == version:
             return kept.frame
-        frame = _kept_in_memory(build())
-        if kept is not None:
-            kept.frame.unpersist()
-        _kept[name] = Kept(version, frame)
-        return frame
+        return _keep(name, version, build())
+
+
+def _keep(name: str, version: tuple, fresh: DataFrame) -> DataFrame:
+    """`fresh` computed now and kept as `name` at `version`, in place of what was."""
+    frame = _kept_in_memory(fresh)
+    replaced = _kept.get(name)
+    if replaced is not None:
+        replaced.frame.unpersist()
+    _kept[name] = Kept(version, frame)
+    return frame
 
 
 def forget() -> None:

@@ -41,10 +41,7 @@ def window_events(data: Dataset, params: Params) -> DataFrame:
 def receivers(data: Dataset, params: Params) -> DataFrame:
     """Clients as receivers (receiver_id, receiver, region; a client without a region
     is in NO_REGION), only the region's when the run is for one."""
-    clients = _every_receiver(data)
-    if params.region:
-        clients = clients.where(F.col("region") == params.region)
-    return clients
+    return _in_region(_every_receiver(data), params)
 
 
 def _every_receiver(data: Dataset) -> DataFrame:
@@ -69,8 +66,12 @@ def window_deliveries(data: Dataset, params: Params) -> DataFrame:
     deliveries = data.derived(
         "deliveries to receivers", ("deliveries", "clients"), lambda: _to_receivers(data)
     )
-    found = deliveries.where(in_window("published_at", params))
-    return found.where(F.col("region") == params.region) if params.region else found
+    return _in_region(deliveries.where(in_window("published_at", params)), params)
+
+
+def _in_region(frame: DataFrame, params: Params) -> DataFrame:
+    """The rows of `frame` of the run's region (its `region` column), or all of them."""
+    return frame.where(F.col("region") == params.region) if params.region else frame
 
 
 def _to_receivers(data: Dataset) -> DataFrame:

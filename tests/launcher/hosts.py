@@ -159,9 +159,7 @@ def _master(folder: Path, env: dict, attempts: int = 3) -> tuple[subprocess.Pope
 
 
 def _master_url(url: str) -> str | None:
-    with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(url, timeout=2) as reply:
-        return json.load(reply).get("url")
-    return None
+    return _master_status(url).get("url")
 
 
 def _start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
@@ -172,9 +170,14 @@ def _start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
 
 
 def _alive_workers(url: str) -> int:
+    return int(_master_status(url).get("aliveworkers", 0))
+
+
+def _master_status(url: str) -> dict:
+    """What the master's page says as JSON (nothing while it does not answer)."""
     with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(url, timeout=2) as reply:
-        return int(json.load(reply).get("aliveworkers", 0))
-    return 0
+        return json.load(reply)
+    return {}
 
 
 def kill_tree(pid: int) -> None:
