@@ -50,6 +50,30 @@ class ConsoleConsumer(SendsUntilClosed, AsyncJsonWebsocketConsumer):
         if user is None or not user.is_authenticated or await _lacks_second_factor(self.scope):
             await self.close(code=CLOSE_UNAUTHENTICATED)
 
+    async def __call__(self, scope, receive, send) -> None:
+        """As Channels' consumer; but when Redis goes while the socket waits on its
+        channel, the socket is closed with 1013 (the page connects again), not dropped
+        without a closing frame by the web server as the consumer fails."""
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception as error:
+            if not outages.is_outage(error):
+                raise
+            await self._close_for_outage()
+            await self._until_disconnected(receive)
+
+    async def _close_for_outage(self) -> None:
+        logger.warning("a console's socket closed: a server is down", exc_info=True)
+        await self.close(code=protocol.CLOSE_TRY_AGAIN_LATER)
+
+    async def _until_disconnected(self, receive) -> None:
+        """Drop the socket's frames after the close until it ends, then run the
+        consumer's disconnect as Channels would."""
+        message = await receive()
+        while message["type"] != "websocket.disconnect":
+            message = await receive()
+        await self.disconnect(message.get("code", protocol.CLOSE_TRY_AGAIN_LATER))
+
     async def disconnect(self, code: int) -> None:
         await self.leave_groups([console_group(topic) for topic in getattr(self, "watching", ())])
 
@@ -62,8 +86,7 @@ class ConsoleConsumer(SendsUntilClosed, AsyncJsonWebsocketConsumer):
         except Exception as error:
             if not outages.is_outage(error):
                 raise
-            logger.warning("a console's socket closed: a server is down", exc_info=True)
-            await self.close(code=protocol.CLOSE_TRY_AGAIN_LATER)  # the page reconnects
+            await self._close_for_outage()
 
     async def _answer(self, content) -> None:
         kind = content.get("type") if isinstance(content, dict) else None

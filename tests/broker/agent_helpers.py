@@ -41,11 +41,12 @@ def wait_for(condition, what: str, timeout_s: float = 30.0, *, explain=None):
     raise AssertionError(f"timed out waiting until {what}{found}")
 
 
-def close_code(ws) -> int:
+def close_code(ws, timeout_s: float = 10) -> int:
     """The code the server closes a (sync client's) socket with, frames before it read."""
     with pytest.raises(ConnectionClosed) as closed:
         while True:
-            ws.recv(timeout=10)
+            ws.recv(timeout=timeout_s)
+    assert closed.value.rcvd is not None, f"closed without a closing frame: {closed.value}"
     return closed.value.rcvd.code
 
 

@@ -112,6 +112,26 @@ def test_through_a_redis_outage_a_web_process_answers_logins_1013_and_logs_one_l
     assert text.count(OUTAGE_LINE) == 1, text
 
 
+def test_a_quiet_console_page_is_closed_1013_when_redis_goes(
+    cast, serve_console, private_redis, tmp_path, client, operator
+):
+    """The page sends nothing: it is its wait on its channel that meets the outage."""
+    log_path = tmp_path / "web.log"
+    with (
+        open(log_path, "w") as log,
+        serve_console(on_private_redis(private_redis), output=log) as base,
+        console_socket(base, client, operator) as page,
+    ):
+        page.send(json.dumps({"type": "watch", "topics": ["fleet"]}))
+        assert next_of_type(page, "watching")["topics"] == ["fleet"]
+        private_redis.process.kill()
+        private_redis.process.wait()
+        assert close_code(page, timeout_s=30) == protocol.CLOSE_TRY_AGAIN_LATER
+    text = log_path.read_text()
+    assert "Traceback" not in text, text
+    assert text.count(OUTAGE_LINE) == 1, text
+
+
 def test_a_redis_outage_kills_no_tree_worker_and_is_a_line_a_process(
     spawn_worker, private_redis, tmp_path
 ):
