@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from broker import audit
-from reports.jobs.frames import in_window, iso, rows
+from reports.jobs.frames import at_or_after, before, in_window, iso, rows
 from reports.results import Field, Params, Result, Section
 from reports.spark import Dataset
 
@@ -377,7 +377,7 @@ def _refusals_by_actor(refused: DataFrame, params: Params) -> DataFrame:
     """Per actor and category: the entries (and how many in the window's last
     quarter), refusers, events, first and last; the unlisted refusers and the subtrees'
     refusals of policy refusals."""
-    recent = F.col("at") >= F.lit(_last_quarter(params))
+    recent = at_or_after("at", _last_quarter(params))
     policy_refusal = F.col("action") == POLICY_REFUSAL
     event = F.when(F.col("target").startswith("event:"), F.col("target"))
     return refused.groupBy("actor", "category").agg(
@@ -403,7 +403,7 @@ def _latest_policies(data: Dataset, params: Params) -> DataFrame:
     """Per receiver, its latest policy version created before the window's end: its
     id, name, policy (`policy_key`, a 64-bit hash of its canonical text, moves through
     the joins instead of the text)."""
-    versions = data.table("policy_versions").where(F.col("created_at") < F.lit(params.window_end))
+    versions = data.table("policy_versions").where(before("created_at", params.window_end))
     keyed = versions.withColumn("policy_key", F.xxhash64("policy"))
     latest = keyed.groupBy("client_id").agg(
         F.max_by(F.struct("client", "policy_key"), "version").alias("v")

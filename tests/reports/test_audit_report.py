@@ -28,6 +28,7 @@ from reports.results import Params
 from tests.broker.tree_helpers import wait_until_idle
 from tests.cast import OPERATOR, log_in_proved
 from tests.reports.incident import ALERTS_ONLY, READING_MARKS, Incident, server
+from tests.reports.spark_helpers import compiled_classes
 
 pytestmark = READING_MARKS
 
@@ -294,6 +295,17 @@ def test_activity_counts_who_did_what_with_sends_from_the_events(after_incident)
     activity = keyed(result.sections["activity"], "actor", "group")
     assert activity[("user:paula", "policy edit")]["done"] == len(LOCKED)
     assert activity[("user:olivia", audit_report.OTHER_GROUP)]["refused"] == 2
+
+
+def test_the_review_run_again_compiles_no_code_again(after_incident):
+    """It compiles more classes than Spark kept by default (100), so that every run
+    compiled them all again: seconds of each run."""
+    spark = after_incident.incident.data.spark
+    run(after_incident)
+    compiled = compiled_classes(spark)
+    assert compiled > 100  # the first run compiles code (the session may have run others)
+    run(after_incident)
+    assert compiled_classes(spark) == compiled
 
 
 def test_a_jump_in_refusals_and_policies_refusing_every_sender_are_anomalies(after_incident):
