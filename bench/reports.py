@@ -14,12 +14,13 @@ For each size, a database of its own in a private PostgreSQL under var/bench-rep
 a Parquet dataset of its own by `manage.py export_dataset`: both are timed.
 
 Then each report runs in a process of its own, so that its memory is its own: the
-process starts Spark (local[*], SPARK_DRIVER_MEMORY, default 4g here) and says how long
-that took, then computes the report as a run of the reports worker does
+process starts Spark (local[*], SPARK_DRIVER_MEMORY, default 4g here) and reads the
+dataset into memory, as the reports worker does as it starts (reports.runner.warm_up),
+and says how long that took, then computes the report as a run of the reports worker does
 (reports.runner.compute): --runs times over the whole incident's window (the first run
 of the session, then warm ones), then once over the incident's second half (the window
 changed) and once over the whole incident for one region (the region changed). Printed
-per report: Spark's start-up; the first run, the warm runs' median, the changed window
+per report: that start-up; the first run, the warm runs' median, the changed window
 and the changed region; what the last warm run asked of Spark (jobs, stages run, tasks,
 MB read from files or cache, MB shuffled); the peak resident memory of the process and
 of Spark's JVM; the rows returned. DuckDB runs the same reports and runs in one process
@@ -267,9 +268,9 @@ def planned_runs(dataset: Path, whole_runs: int) -> list:
 
 def spark_child(kind: str, runs: list) -> dict:
     from reports import spark
-    from reports.runner import compute
+    from reports.runner import compute, warm_up
 
-    startup = spark.warm_up()
+    startup = warm_up()
     figures, rows = [], 0
     for params in runs:
         with SparkWork(spark.session()) as work:

@@ -34,14 +34,15 @@ def drop_broken_or_old_connections(**_) -> None:
 
 @worker_ready.connect
 def warm_spark_in_the_reports_worker(sender=None, **_) -> None:
-    """The worker that serves the reports queue starts Spark as it starts (in the
-    background), so that no report waits for it; every report then finds it warm."""
+    """The worker that serves the reports queue starts Spark and reads the dataset
+    into memory as it starts (in the background), so that no report waits for either;
+    every report then finds them warm."""
     from django.conf import settings
 
     consumed = sender.app.amqp.queues.consume_from if sender is not None else {}
     if settings.REPORTS_QUEUE not in (consumed or {}):
         return
-    from reports.spark import warm_up
+    from reports.runner import warm_up
 
     threading.Thread(target=warm_up, daemon=True, name="spark-warm-up").start()
 

@@ -98,10 +98,16 @@ def window_deliveries(data: Dataset, params: Params) -> DataFrame:
     """The deliveries of the events published in the window (each delivery carries its
     event's publishing time: no join with the events) to the run's receivers, with the
     receiver's name, region and leaf dispatcher."""
-    deliveries = data.derived(
+    deliveries = deliveries_to_receivers(data)
+    return _in_region(deliveries.where(in_window("published_at", params)), params)
+
+
+def deliveries_to_receivers(data: Dataset) -> DataFrame:
+    """Every delivery to a client, with the receiver's name, region and leaf: joined
+    once and kept by a warm session, not at each query (a broadcast costs a Spark job)."""
+    return data.derived(
         "deliveries to receivers", ("deliveries", "clients"), lambda: _to_receivers(data)
     )
-    return _in_region(deliveries.where(in_window("published_at", params)), params)
 
 
 def _in_region(frame: DataFrame, params: Params) -> DataFrame:
@@ -110,8 +116,6 @@ def _in_region(frame: DataFrame, params: Params) -> DataFrame:
 
 
 def _to_receivers(data: Dataset) -> DataFrame:
-    """Every delivery to a client, with the receiver's name, region and leaf: joined
-    once and kept by a warm session, not at each query (a broadcast costs a Spark job)."""
     deliveries = data.table("deliveries").select(*DELIVERY_COLUMNS_READ)
     return deliveries.join(F.broadcast(_every_receiver(data)), "receiver_id")
 

@@ -13,7 +13,10 @@ from django.utils import timezone
 from broker.models import AuditEntry, Client, ClientModel
 from reports import kept
 from reports.compaction import compact_dataset
+from reports.dataset import TABLES
 from reports.export import export_changes
+from reports.jobs.frames import deliveries_to_receivers
+from reports.runner import keep_dataset
 from reports.spark import Dataset
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
@@ -153,3 +156,14 @@ def test_a_derived_frame_is_kept_until_one_of_its_tables_changes(spark, settings
     again = derived()
     assert [tuple(row) for row in again.collect()] == [("web-00001", False)]
     assert len(builds) == 2 and not first.is_cached
+
+
+def test_the_worker_keeps_the_whole_dataset_as_it_starts(spark, settings, tmp_path):
+    settings.REPORTS_DATASET = root = tmp_path / "dataset"
+    entry("test.first")
+    keep_dataset()  # nothing exported yet: nothing to keep, no error
+    export_changes()
+    keep_dataset()
+    data = Dataset(spark, root, keep=True)
+    assert all(data.table(name).is_cached for name in TABLES)
+    assert deliveries_to_receivers(data).is_cached
