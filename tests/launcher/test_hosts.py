@@ -250,6 +250,27 @@ def received(counted: dict[str, dict[str, int]], subtree: str | None = None) -> 
     )
 
 
+# Not routed yet: no hop at the root, or a dispatcher a hop sent the event down to
+# has not recorded its own hop.
+UNROUTED = """
+SELECT NOT EXISTS (SELECT 1 FROM broker_trafficrecord hop
+                     JOIN broker_dispatcher dispatcher ON dispatcher.id = hop.dispatcher_id
+                    WHERE hop.event_id = %s AND dispatcher.parent_id IS NULL)
+    OR EXISTS (SELECT 1 FROM broker_trafficrecord hop,
+                      jsonb_array_elements_text(hop.forwarded_to) AS child(id)
+                WHERE hop.event_id = %s
+                  AND NOT EXISTS (SELECT 1 FROM broker_trafficrecord below
+                                   WHERE below.event_id = hop.event_id
+                                     AND below.dispatcher_id = child.id::bigint
+                                     AND below.direction = 'down'))
+"""
+
+
+def routed(deployment: Deployment, event: str) -> bool:
+    """Whether the event's way through the tree is over (as its hops recorded it)."""
+    return not deployment.sql(UNROUTED, event, event)[0][0]
+
+
 def settle(deployment: Deployment, event: str, expected: int, what: str) -> None:
     """Wait until the event's `expected` deliveries are all with their agents."""
 
@@ -299,6 +320,10 @@ def play_the_worm_scenario(deployment: Deployment, national: Sender, northwest: 
     command = publish(deployment, national, {"kind": "command", "action": "disable-cgi"},
                       VULNERABLE)  # fmt: skip
     settle(deployment, alert, 10, "the Northwest servers have the alert")
+    # The command may still be on its way down: its deliveries are counted once every
+    # dispatcher it was sent to has recorded its hop (each leaf writes its deliveries
+    # before its hop).
+    wait_for(lambda: routed(deployment, command), "the command is routed", START_TIMEOUT_S)
     vulnerable = deployment.sql(
         "SELECT count(*) FROM broker_delivery WHERE event_id = %s", command
     )[0][0]
