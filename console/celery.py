@@ -1,5 +1,6 @@
 """The Celery application, configured from Django settings (the CELERY_ namespace)."""
 
+import logging
 import os
 import threading
 
@@ -42,9 +43,19 @@ def warm_spark_in_the_reports_worker(sender=None, **_) -> None:
     consumed = sender.app.amqp.queues.consume_from if sender is not None else {}
     if settings.REPORTS_QUEUE not in (consumed or {}):
         return
+    threading.Thread(target=_warm_up_reports, daemon=True, name="spark-warm-up").start()
+
+
+def _warm_up_reports() -> None:
+    """The reports worker's warm-up; should it fail (a dataset unreadable now), the
+    worker goes on: its first report starts Spark and reads the dataset itself, and
+    says what is wrong in that report's error."""
     from reports.runner import warm_up
 
-    threading.Thread(target=warm_up, daemon=True, name="spark-warm-up").start()
+    try:
+        warm_up()
+    except Exception:
+        logging.getLogger(__name__).exception("the reports worker's warm-up failed")
 
 
 # The queues the worker was started with (`--queues`), kept before it takes over any

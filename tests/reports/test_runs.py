@@ -11,6 +11,7 @@ from django.utils import timezone
 from broker.audit import Actor
 from broker.errors import InvalidInput
 from broker.models import AuditEntry
+from console.celery import _warm_up_reports
 from console.celery import app as celery_app
 from reports import runner, services
 from reports.models import ReportRun
@@ -79,6 +80,16 @@ def test_a_failing_run_ends_failed_with_its_error_in_words(settings, tmp_path):
     assert run.error.startswith(("NotADirectoryError", "FileExistsError"))
     assert "not-a-folder" in run.error
     assert run.finished_at is not None
+
+
+def test_a_worker_whose_warm_up_fails_says_so_and_goes_on(monkeypatch, caplog):
+    def unreadable():
+        raise NotADirectoryError("var/reports/dataset: not a folder")
+
+    monkeypatch.setattr(runner, "warm_up", unreadable)
+    _warm_up_reports()  # the worker's start-up thread: it does not raise
+    assert "the reports worker's warm-up failed" in caplog.text
+    assert "not a folder" in caplog.text
 
 
 def test_a_run_whose_worker_went_silent_is_failed_by_the_sweep():
