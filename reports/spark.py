@@ -123,9 +123,10 @@ class Dataset:
     def derived(self, name: str, sources: tuple[str, ...], build: Callable):
         """The frame `build()` computes from the tables `sources`, once per Dataset;
         with `keep`, kept in memory between Datasets until one of those tables changes."""
+        if name in TABLES:
+            raise ValueError(f"a derived frame cannot be named as the table {name!r} is")
         if name not in self._frames:
-            kept = self.keep and name not in TABLES
-            self._frames[name] = kept_derived(self, name, sources, build) if kept else build()
+            self._frames[name] = kept_derived(self, name, sources, build) if self.keep else build()
         return self._frames[name]
 
     def read(self, name: str, *, only: list[Path] | None = None):

@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 from reports import spark
 
 
@@ -28,3 +30,9 @@ def test_adaptive_execution_is_for_clusters(settings):
     assert spark._is_local()
     settings.SPARK_MASTER = "spark://spark-master.internal:7077"
     assert not spark._is_local()
+
+
+def test_a_derived_frame_named_as_a_table_is_refused(tmp_path):
+    data = spark.Dataset(None, tmp_path, keep=True)
+    with pytest.raises(ValueError, match="'clients'"):
+        data.derived("clients", ("clients",), lambda: None)
