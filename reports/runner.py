@@ -49,6 +49,8 @@ def run_report(run_id: int) -> None:
 
 def _run(run, beat: Heartbeat) -> None:
     timings: dict[str, float] = {}
+    if _dataset_in_use.locked():
+        beat.set("waiting while the worker reads the dataset into memory", EXPORT_PART[0])
     with _dataset_in_use:  # not while the worker's warm-up reads it
         export = export_changes(progress=beat.within(*EXPORT_PART))
         timings["export"] = export.seconds
