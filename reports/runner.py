@@ -88,7 +88,7 @@ def warm_up() -> float:
 def keep_dataset() -> None:
     """Keep the dataset's tables, and the deliveries joined with their receivers, in
     the session's memory (reports.kept), if a dataset was exported."""
-    data = spark.Dataset(spark.session(), dataset_root(), keep=True)
+    data = _kept_dataset()
     if data.root.is_dir():
         for name in TABLES:
             data.table(name)
@@ -98,8 +98,12 @@ def keep_dataset() -> None:
 def compute(kind: str, params: Params) -> Result:
     """The report `kind` over the dataset, in this process's warm session, as a run
     computes it (the benchmark times this)."""
-    data = spark.Dataset(spark.session(), dataset_root(), keep=True)
-    return job(kind).run(data, params)
+    return job(kind).run(_kept_dataset(), params)
+
+
+def _kept_dataset() -> spark.Dataset:
+    """The dataset in this process's warm session, its tables kept in memory."""
+    return spark.Dataset(spark.session(), dataset_root(), keep=True)
 
 
 def describe_error(error: BaseException) -> str:

@@ -40,6 +40,19 @@ def private_redis():
         server.stop()
 
 
+def killed(server: EmbeddedRedis) -> None:
+    """`server` killed, as a crash would, and gone."""
+    server.process.kill()
+    server.process.wait()
+
+
+def said_once_without_a_traceback(log_path: Path) -> None:
+    """The process's log tells the outage in one line, and no traceback."""
+    text = log_path.read_text()
+    assert "Traceback" not in text, text
+    assert text.count(OUTAGE_LINE) == 1, text
+
+
 def on_private_redis(server: EmbeddedRedis) -> dict[str, str]:
     """Every use of Redis on `server` (the tree's queues follow REDIS_URL)."""
     url = server.url()
@@ -90,8 +103,7 @@ def test_through_a_redis_outage_a_web_process_answers_logins_1013_and_logs_one_l
             console_socket(base, client, operator) as page,
         ):
             assert log_in(connected, cast["server"])["type"] == "welcome"
-            private_redis.process.kill()
-            private_redis.process.wait()
+            killed(private_redis)
 
             page.send(json.dumps({"type": "ping", "sent": 1}))  # through the channel layer
             assert close_code(page) == 1013  # the page's script connects again
@@ -107,9 +119,7 @@ def test_through_a_redis_outage_a_web_process_answers_logins_1013_and_logs_one_l
 
         private_redis.start()
         wait_for(lambda: logs_in(url, cast["controller"]), "a login after Redis is back")
-    text = log_path.read_text()
-    assert "Traceback" not in text, text
-    assert text.count(OUTAGE_LINE) == 1, text
+    said_once_without_a_traceback(log_path)
 
 
 def test_a_quiet_console_page_is_closed_1013_when_redis_goes(
@@ -124,12 +134,9 @@ def test_a_quiet_console_page_is_closed_1013_when_redis_goes(
     ):
         page.send(json.dumps({"type": "watch", "topics": ["fleet"]}))
         assert next_of_type(page, "watching")["topics"] == ["fleet"]
-        private_redis.process.kill()
-        private_redis.process.wait()
+        killed(private_redis)
         assert close_code(page, timeout_s=30) == protocol.CLOSE_TRY_AGAIN_LATER
-    text = log_path.read_text()
-    assert "Traceback" not in text, text
-    assert text.count(OUTAGE_LINE) == 1, text
+    said_once_without_a_traceback(log_path)
 
 
 def test_a_redis_outage_kills_no_tree_worker_and_is_a_line_a_process(
@@ -141,8 +148,7 @@ def test_a_redis_outage_kills_no_tree_worker_and_is_a_line_a_process(
         worker = spawn_worker(f"outage-{os.getpid()}", concurrency=2, env=env, output=log)
         try:
             a_worker_answers(env)
-            private_redis.process.kill()
-            private_redis.process.wait()
+            killed(private_redis)
             wait_for(lambda: OUTAGE_LINE in log_path.read_text(), "the worker notices")
             time.sleep(OUTAGE_S)  # Celery's consumer tries to connect again meanwhile
             private_redis.start()

@@ -43,8 +43,7 @@ def test_another_window_within_the_same_days_compiles_no_code_again(spark):
     frame = spark.range(12).select(F.col("id").alias("n"), F.timestamp_seconds(seconds).alias("at"))
 
     def counted(params: Params) -> int:
-        found = frame.where(in_window("at", params)).groupBy().agg(F.count("n")).first()[0]
-        return found
+        return frame.where(in_window("at", params)).count()
 
     assert counted(Params(START, END)) == 12
     before_second = compiled_classes(spark)
