@@ -348,10 +348,8 @@ def _about_the_region(entries: str, db: Duck, params: Params) -> str:
     """Entries about a client of the region, and those not about one client."""
     prefix = _text(timeline_job.CLIENT_TARGET)
     names = f"SELECT receiver FROM ({_receivers(db, params)})"
-    return (
-        f"SELECT * FROM ({entries}) WHERE string_split(target, {prefix})[-1] IN ({names}) "
-        f"UNION ALL SELECT * FROM ({entries}) WHERE NOT starts_with(target, {prefix})"
-    )
+    about_one = f"string_split(target, {prefix})[-1] IN ({names})"
+    return f"SELECT * FROM ({entries}) WHERE NOT starts_with(target, {prefix}) OR {about_one}"
 
 
 def _what() -> str:

@@ -41,6 +41,7 @@ class Kept:
 
 
 _kept: dict[str, Kept] = {}
+_collected: dict[str, tuple[tuple, list]] = {}  # kept_rows: name -> (version, rows)
 _root: Path | None = None
 _lock = threading.RLock()  # reentrant: a derived frame is built from kept tables
 
@@ -72,6 +73,18 @@ def kept_derived(data, name: str, sources: tuple[str, ...], build: Callable) -> 
         return _keep(name, version, build())
 
 
+def kept_rows(data, name: str) -> list:
+    """The rows of the small table `name` of `data` (a snapshot table: the dispatchers),
+    collected once per version of its folder: a collect, however small, is a Spark job."""
+    with _lock:
+        frame = kept_table(data, name)
+        version = _kept[name].version
+        collected = _collected.get(name)
+        if collected is None or collected[0] != version:
+            collected = _collected[name] = (version, frame.collect())
+        return collected[1]
+
+
 def _keep(name: str, version: tuple, fresh: DataFrame) -> DataFrame:
     """`fresh` computed now and kept as `name` at `version`, in place of what was."""
     frame = _kept_in_memory(fresh)
@@ -95,6 +108,7 @@ def _forget_other_roots(root: Path | None) -> None:
     for kept in _kept.values():
         kept.frame.unpersist()
     _kept.clear()
+    _collected.clear()
     _root = root
 
 

@@ -18,7 +18,7 @@ from reports import services, spark
 from reports.compaction import compact_dataset
 from reports.dataset import TABLES
 from reports.export import dataset_root, export_changes
-from reports.jobs import frames, job
+from reports.jobs import job, keep_derived
 from reports.results import Params, Result
 
 logger = logging.getLogger(__name__)
@@ -86,13 +86,14 @@ def warm_up() -> float:
 
 
 def keep_dataset() -> None:
-    """Keep the dataset's tables, and the deliveries joined with their receivers, in
-    the session's memory (reports.kept), if a dataset was exported."""
+    """Keep the dataset's tables, and the frames the jobs derive from them (the
+    deliveries joined with their receivers, the hops with the hop before), in the
+    session's memory (reports.kept), if a dataset was exported."""
     data = _kept_dataset()
     if data.root.is_dir():
         for name in TABLES:
             data.table(name)
-        frames.deliveries_to_receivers(data)
+        keep_derived(data)
 
 
 def compute(kind: str, params: Params) -> Result:

@@ -17,7 +17,7 @@ from pathlib import Path
 from django.conf import settings
 
 from reports.dataset import TABLES, batches
-from reports.kept import kept_derived, kept_table
+from reports.kept import kept_derived, kept_rows, kept_table
 
 # Classes of generated code kept: every report's, with room for several windows.
 CODEGEN_CACHE_ENTRIES = 1000
@@ -119,6 +119,11 @@ class Dataset:
         if name not in self._frames:
             self._frames[name] = kept_table(self, name) if self.keep else self.read(name)
         return self._frames[name]
+
+    def rows(self, name: str) -> list:
+        """The rows of the small table `name`; with `keep`, collected once per version
+        of its folder (reports.kept.kept_rows)."""
+        return kept_rows(self, name) if self.keep else self.table(name).collect()
 
     def derived(self, name: str, sources: tuple[str, ...], build: Callable):
         """The frame `build()` computes from the tables `sources`, once per Dataset;

@@ -76,10 +76,11 @@ def window_events(data: Dataset, params: Params) -> DataFrame:
 def receivers(data: Dataset, params: Params) -> DataFrame:
     """Clients as receivers (receiver_id, receiver, region; a client without a region
     is in NO_REGION), only the region's when the run is for one."""
-    return _in_region(_every_receiver(data), params)
+    return _in_region(every_receiver(data), params)
 
 
-def _every_receiver(data: Dataset) -> DataFrame:
+def every_receiver(data: Dataset) -> DataFrame:
+    """Every client as a receiver (see `receivers`)."""
     return data.table("clients").select(
         F.col("id").alias("receiver_id"),
         F.col("name").alias("receiver"),
@@ -117,7 +118,7 @@ def _in_region(frame: DataFrame, params: Params) -> DataFrame:
 
 def _to_receivers(data: Dataset) -> DataFrame:
     deliveries = data.table("deliveries").select(*DELIVERY_COLUMNS_READ)
-    return deliveries.join(F.broadcast(_every_receiver(data)), "receiver_id")
+    return deliveries.join(F.broadcast(every_receiver(data)), "receiver_id")
 
 
 def is_state(*states: str) -> Column:

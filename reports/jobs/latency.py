@@ -62,6 +62,11 @@ def run(data: Dataset, params: Params) -> Result:
     return Result(summary=summary, sections=sections)
 
 
+def keep(data: Dataset) -> None:
+    """Keep what this report reads beyond the tables (a warm session's start-up)."""
+    frames.deliveries_to_receivers(data)
+
+
 def _with_hops(data: Dataset, params: Params) -> DataFrame:
     """The window's deliveries with their delays (µs) and their hop count (0 when the
     sender or the receiver is on no leaf)."""
@@ -105,7 +110,7 @@ def _hops_between_leaves(data: Dataset, sender_leaves: set[int]) -> list[tuple[i
     """(sender's leaf, receiver's dispatcher, hops) from each of `sender_leaves` to
     every dispatcher of the tree: steps up to their nearest common ancestor and down,
     plus one. The tree is the dispatchers table (a few hundred rows at most)."""
-    parents = dict(data.table("dispatchers").select("id", "parent_id").collect())
+    parents = {row["id"]: row["parent_id"] for row in data.rows("dispatchers")}
     paths = {dispatcher: _path_up(dispatcher, parents) for dispatcher in parents}
     pairs = []
     for sender_leaf in sender_leaves & paths.keys():

@@ -57,7 +57,7 @@ def percentiles(
     (of non-null values) and one value per name of `fractions`. Groups without values
     are left out; rows with a null in a grouping's column are a group of their own
     there (key None)."""
-    binned = values.where(F.col("value").isNotNull()).withColumn("bin", _bin(F.col("value")))
+    binned = values.where(F.col("value").isNotNull()).withColumn("bin", _bin("value"))
     histograms = _histograms(binned, groupings)
     wanted = {group: _ranks(h.total, fractions) for group, h in histograms.items()}
     found = _values_at(binned, groupings, histograms, wanted)
@@ -72,47 +72,62 @@ def _in_order(group: tuple) -> tuple:
     return tuple((part is not None, part or "") for part in group)
 
 
-def _bin(value: Column) -> Column:
+def _bin(column: str) -> Column:
     """A bin number that never decreases as the value grows (negatives included)."""
-    magnitude = F.floor(F.log2(F.abs(value) + F.lit(1)) * F.lit(BINS_PER_DOUBLING))
-    return F.when(value < 0, -magnitude).otherwise(magnitude)
+    magnitude = f"floor(log2(abs(`{column}`) + 1) * {BINS_PER_DOUBLING})"
+    return F.expr(f"CASE WHEN `{column}` < 0 THEN -{magnitude} ELSE {magnitude} END")
 
 
-def _key(column: str | None) -> Column:
-    return F.col(column).cast("string") if column else F.lit("")
+def _key(column: str | None) -> str:
+    """A group's key as SQL text: the column's value as text, or '' for everything."""
+    return f"CAST(`{column}` AS STRING)" if column else "''"
 
 
 def _in_groups(frame: DataFrame, groupings: dict[str, str | None], *columns: str) -> DataFrame:
     """Each row of `frame` once per grouping, with its group there: grouping, key,
-    series and `columns`."""
-    per_grouping = F.explode(
-        F.array(
-            *(
-                F.struct(F.lit(name).alias("grouping"), _key(column).alias("key"))
-                for name, column in groupings.items()
-            )
-        )
+    series and `columns`. (Written as SQL text: one call to Spark, not dozens.)"""
+    groups = ", ".join(
+        f"named_struct('grouping', {_text(name)}, 'key', {_key(column)})"
+        for name, column in groupings.items()
     )
-    return frame.select("series", *columns, per_grouping.alias("g")).select(
+    return frame.selectExpr("series", *columns, f"explode(array({groups})) AS g").select(
         "g.grouping", "g.key", "series", *columns
     )
 
 
+def _text(value: str) -> str:
+    """`value` as a SQL string literal: every character as a unicode escape, so that
+    neither quotes nor control characters (the places' separators) need care."""
+    return "'" + "".join(f"\\u{ord(c):04x}" for c in value) + "'"
+
+
 def _histograms(binned: DataFrame, groupings: dict[str, str | None]) -> dict[tuple, Histogram]:
-    """The first query: per group, its counts per bin. The values are counted per
-    finest group and bin first; the groupings add those counts up."""
-    finest = [column for column in groupings.values() if column]
+    """The first query: per group, its counts per bin. Spark counts the values per
+    finest group and bin (one shuffle), and those counts come to the driver as Arrow,
+    where each grouping adds them up: a few thousand counts per group, read in bulk,
+    rather than two more shuffles and rows of Python objects."""
+    finest = list(dict.fromkeys(column for column in groupings.values() if column))
     counted = binned.groupBy(*finest, "series", "bin").agg(F.count(F.lit(1)).alias("n"))
-    regrouped = _in_groups(counted, groupings, "bin", "n").groupBy(*GROUP, "bin").sum("n")
-    per_group = regrouped.groupBy(*GROUP).agg(
-        F.sort_array(F.collect_list(F.struct("bin", F.col("sum(n)").alias("n")))).alias("bins")
-    )
-    return {
-        (row["grouping"], row["key"], row["series"]): Histogram(
-            [b["bin"] for b in row["bins"]], [b["n"] for b in row["bins"]]
-        )
-        for row in per_group.collect()
-    }
+    counts = counted.toArrow()
+    histograms = {}
+    for name, column in groupings.items():
+        histograms.update(_regrouped(counts, name, column))
+    return histograms
+
+
+def _regrouped(counts, grouping: str, column: str | None) -> dict[tuple, Histogram]:
+    """The histograms of one grouping, from the counts per finest group and bin."""
+    by = [column, "series", "bin"] if column else ["series", "bin"]
+    summed = counts.group_by(by).aggregate([("n", "sum")]).sort_by([(c, "ascending") for c in by])
+    per_group: dict[tuple, tuple[list, list]] = {}
+    keys = summed[column].to_pylist() if column else [""] * summed.num_rows
+    series, bins, ns = (summed[c].to_pylist() for c in ("series", "bin", "n_sum"))
+    for key, one_series, bin_, n in zip(keys, series, bins, ns, strict=True):
+        text = key if key is None or column is None else str(key)
+        group_bins, group_counts = per_group.setdefault((grouping, text, one_series), ([], []))
+        group_bins.append(bin_)
+        group_counts.append(n)
+    return {group: Histogram(*lists) for group, lists in per_group.items()}
 
 
 def _ranks(count: int, fractions: dict[str, float]) -> dict[str, tuple[float, int, int]]:
@@ -166,8 +181,8 @@ PLACE_SEPARATOR, NULL_TEXT = "\x1f", "\x00null"
 
 
 def _place(*columns: str) -> Column:
-    texts = [F.coalesce(F.col(c).cast("string"), F.lit(NULL_TEXT)) for c in columns]
-    return F.concat_ws(PLACE_SEPARATOR, *texts)
+    texts = ", ".join(f"coalesce(CAST(`{c}` AS STRING), {_text(NULL_TEXT)})" for c in columns)
+    return F.expr(f"concat_ws({_text(PLACE_SEPARATOR)}, {texts})")
 
 
 def _place_text(values: tuple) -> str:

@@ -91,19 +91,14 @@ def bucket_seconds(params: Params) -> int:
 def run(data: Dataset, params: Params) -> Result:
     """The timeline of the events published in the window, and its changes."""
     bucket = bucket_seconds(params)
-    events = _events_with_deliveries(data, params).cache()
-    try:
-        sections = {
-            "series": frames.rows(
-                _series(events, bucket), SECTIONS["series"].field_names, limit=MAX_ROWS
-            ),
-            "senders": frames.rows(
-                _senders(events), SECTIONS["senders"].field_names, limit=MAX_ROWS
-            ),
-        }
-        totals = _totals(events, sections["senders"])
-    finally:
-        events.unpersist()
+    events = _events_with_deliveries(data, params)
+    sections = {
+        "series": frames.rows(
+            _series(events, bucket), SECTIONS["series"].field_names, limit=MAX_ROWS
+        ),
+        "senders": frames.rows(_senders(events), SECTIONS["senders"].field_names, limit=MAX_ROWS),
+    }
+    totals = _totals(events, sections["senders"])
     markers = _markers(data, params)
     sections["markers"] = frames.rows(markers, SECTIONS["markers"].field_names, limit=MAX_ROWS)
     # Fewer rows than the limit are all of them: a count would read the audit again.
@@ -123,6 +118,12 @@ def run(data: Dataset, params: Params) -> Result:
     return Result(summary=summary, sections=sections)
 
 
+def keep(data: Dataset) -> None:
+    """Keep what this report reads beyond the tables (a warm session's start-up)."""
+    for kept in (_events_counted, _events_counted_per_region, _marking_entries, _change_rows):
+        kept(data)
+
+
 def _totals(events: DataFrame, senders: list[dict]) -> dict:
     """Events and deliveries in all: added up from the `senders` rows when they are
     all of them (fewer than MAX_ROWS: no query), else counted by Spark."""
@@ -136,17 +137,42 @@ def _totals(events: DataFrame, senders: list[dict]) -> dict:
 def _events_with_deliveries(data: Dataset, params: Params) -> DataFrame:
     """The window's events, each with how many deliveries it has (to the region's
     receivers, and then only the events that have some)."""
-    events = frames.window_events(data, params)
-    counts = (
-        frames.window_deliveries(data, params)
-        .groupBy("event_id")
-        .agg(F.count(F.lit(1)).alias("deliveries"))
-    )
-    described = events.select(
-        F.col("id").alias("event_id"), "published_at", "kind", "sender", "channel"
-    )
-    joined = described.join(counts, "event_id", "inner" if params.region else "left")
-    return joined.fillna(0, subset=["deliveries"])
+    if not params.region:
+        return _events_counted(data).where(frames.in_window("published_at", params))
+    per_region = _events_counted_per_region(data).where(F.col("region") == params.region)
+    return per_region.where(frames.in_window("published_at", params)).drop("region")
+
+
+EVENT_COLUMNS = ("id AS event_id", "published_at", "kind", "sender", "channel")
+
+
+def _events_counted(data: Dataset) -> DataFrame:
+    """Every event with its deliveries' count: counted once and kept by a warm session,
+    so that a run reads a row per event, not a row per delivery."""
+
+    def build() -> DataFrame:
+        counts = _delivery_counts(data, "event_id")
+        events = data.table("events").selectExpr(*EVENT_COLUMNS)
+        return events.join(counts, "event_id", "left").fillna(0, subset=["deliveries"])
+
+    return data.derived("events with their deliveries", ("events", "deliveries"), build)
+
+
+def _events_counted_per_region(data: Dataset) -> DataFrame:
+    """Per event and region of its receivers (NO_REGION for none), its deliveries
+    there: the events of a region are those with a row of it."""
+
+    def build() -> DataFrame:
+        counts = _delivery_counts(data, "event_id", "region")
+        return data.table("events").selectExpr(*EVENT_COLUMNS).join(counts, "event_id")
+
+    sources = ("events", "deliveries", "clients")
+    return data.derived("events with their deliveries per region", sources, build)
+
+
+def _delivery_counts(data: Dataset, *by: str) -> DataFrame:
+    deliveries = frames.deliveries_to_receivers(data)
+    return deliveries.groupBy(*by).agg(F.count(F.lit(1)).alias("deliveries"))
 
 
 def _bucket(column: str, seconds: int) -> Column:
@@ -180,32 +206,38 @@ def _senders(events: DataFrame) -> DataFrame:
 
 
 def _markers(data: Dataset, params: Params) -> DataFrame:
-    """The window's changes that mark the timeline (MARKER_TYPES), in time order."""
-    entries = data.table("audit").where(
-        frames.in_window("at", params)
-        & (F.col("outcome") == "done")
-        & F.col("action").isin(*MARKER_TYPES)
-    )
+    """The window's changes that mark the timeline (MARKER_TYPES), in time order; for
+    a region, those about a client of the region and those not about one client."""
+    entries = _marking_entries(data).where(frames.in_window("at", params))
     if params.region:
-        entries = _about_the_region(entries, data, params)
-    types = F.create_map(*[F.lit(x) for pair in MARKER_TYPES.items() for x in pair])
-    return (
-        entries.withColumn("type", types[F.col("action")])
-        .withColumn("what", _what())
-        .orderBy("at", "id")
-        .withColumn("at", frames.iso("at"))
-    )
+        about_the_region = F.col("client_region") == params.region
+        entries = entries.where(about_the_region | ~F.col("about_a_client"))
+    return entries.orderBy("at", "id").withColumn("at", frames.iso("at"))
 
 
-def _about_the_region(entries: DataFrame, data: Dataset, params: Params) -> DataFrame:
-    """Entries about a client of the region, and those not about one client."""
-    names = frames.receivers(data, params).select(F.col("receiver").alias("_client"))
-    client = F.substring_index(F.col("target"), CLIENT_TARGET, -1)
-    with_client = entries.withColumn("_client", client).join(
-        F.broadcast(names), "_client", "left_semi"
-    )
-    others = entries.where(~F.col("target").startswith(CLIENT_TARGET))
-    return with_client.drop("_client").unionByName(others)
+def _marking_entries(data: Dataset) -> DataFrame:
+    """Every audit entry that marks the timeline, with its type and gist, whether it is
+    about a client (its target names one) and that client's region: picked from the
+    whole audit once and kept by a warm session, so that a run reads a few rows."""
+
+    def build() -> DataFrame:
+        done = (F.col("outcome") == "done") & F.col("action").isin(*MARKER_TYPES)
+        types = F.create_map(*[F.lit(x) for pair in MARKER_TYPES.items() for x in pair])
+        regions = frames.every_receiver(data).select(
+            F.col("receiver").alias("_client"), F.col("region").alias("client_region")
+        )
+        client = F.substring_index(F.col("target"), CLIENT_TARGET, -1).alias("_client")
+        columns = ("id", "at", "action", "actor", "target")
+        return (
+            data.table("audit")
+            .where(done)
+            .select(*columns, types[F.col("action")].alias("type"), _what(), client)
+            .join(F.broadcast(regions), "_client", "left")
+            .withColumn("about_a_client", F.col("target").startswith(CLIENT_TARGET))
+            .drop("_client")
+        )
+
+    return data.derived("entries marking the timeline", ("audit", "clients"), build)
 
 
 def _what() -> Column:
@@ -229,18 +261,9 @@ def _what() -> Column:
 
 def _changes(data: Dataset, params: Params, bucket: int) -> DataFrame:
     """Per bucket: policy versions saved, values attested or renewed, values revoked."""
-    clients = frames.receivers(data, params).select(F.col("receiver_id").alias("client_id"))
-    policies = data.table("policy_versions").select(
-        F.col("created_at").alias("at"), "client_id", F.lit("policy").alias("change")
-    )
-    history = data.table("attribute_history")
-    attested = (F.col("source") == "authority") & F.col("kind").isin("set", "renewed")
-    values = history.where(attested | (F.col("kind") == "revoked")).select(
-        "at", "client_id", F.when(attested, "attested").otherwise("revoked").alias("change")
-    )
-    changes = policies.unionByName(values).where(frames.in_window("at", params))
+    changes = _change_rows(data).where(frames.in_window("at", params))
     if params.region:
-        changes = changes.join(F.broadcast(clients), "client_id", "left_semi")
+        changes = changes.where(F.col("region") == params.region)
     return (
         changes.groupBy(_bucket("at", bucket).alias("bucket"))
         .agg(
@@ -251,3 +274,27 @@ def _changes(data: Dataset, params: Params, bucket: int) -> DataFrame:
         .orderBy("bucket")
         .withColumn("bucket", frames.iso("bucket"))
     )
+
+
+def _change_rows(data: Dataset) -> DataFrame:
+    """Every policy version saved and value attested, renewed or revoked: its time, its
+    kind of change and its client's region (null for a client the dataset lacks), picked
+    from both tables once and kept by a warm session."""
+
+    def build() -> DataFrame:
+        policies = data.table("policy_versions").select(
+            F.col("created_at").alias("at"), "client_id", F.lit("policy").alias("change")
+        )
+        history = data.table("attribute_history")
+        attested = (F.col("source") == "authority") & F.col("kind").isin("set", "renewed")
+        values = history.where(attested | (F.col("kind") == "revoked")).select(
+            "at", "client_id", F.when(attested, "attested").otherwise("revoked").alias("change")
+        )
+        regions = frames.every_receiver(data).select(
+            F.col("receiver_id").alias("client_id"), "region"
+        )
+        changes = policies.unionByName(values)
+        return changes.join(F.broadcast(regions), "client_id", "left").drop("client_id")
+
+    sources = ("policy_versions", "attribute_history", "clients")
+    return data.derived("changes of policies and values", sources, build)

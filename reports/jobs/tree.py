@@ -94,12 +94,9 @@ SUMMARY_SUMS = ("filters", "constraints", "exact_filters", "summary_bytes")
 
 def run(data: Dataset, params: Params) -> Result:
     """The tree's efficiency over the window (see the module's docstring)."""
-    hops = _measured_hops(_window_hops(data, params)).cache()
-    try:
-        traffic = _traffic(hops)
-        latencies = _latencies(hops)
-    finally:
-        hops.unpersist()
+    hops = _window_hops(data, params)
+    traffic = _traffic(hops)
+    latencies = _latencies(hops)
     for row in traffic:
         grouping, column = ROLLUP[row["grouping"]]
         key = str(row[column]) if column else ""
@@ -115,28 +112,59 @@ def run(data: Dataset, params: Params) -> Result:
     )
 
 
+def keep(data: Dataset) -> None:
+    """Keep what this report reads beyond the tables (a warm session's start-up)."""
+    hops_with_previous(data)
+
+
 def _window_hops(data: Dataset, params: Params) -> DataFrame:
-    """Hops in the window, with their dispatcher's parent and depth."""
-    hops = data.table("hops").where(frames.in_window("at", params))
+    """The hops in the window (of the region's senders' events), each with
+    `latency_us` (null when not measured) and `entered` (1 for an event's first hop in
+    the window: up, with no hop below it there).
+
+    The hop before a hop within the window is its hop before among all hops
+    (`previous_at`) when that one is in the window too; when it lies before the window,
+    so do all its others: the hop is then not measured, and a hop up entered."""
+    hops = hops_with_previous(data).where(frames.in_window("at", params))
     if params.region:
-        hops = hops.join(_region_events(data, params.region), "event_id", "left_semi")
+        hops = hops.where(F.col("sender_region") == params.region)
+    measured = frames.at_or_after("previous_at", params.window_start)
+    latency_us = F.when(measured, frames.micros_between("previous_at", "at"))
+    entered = (F.col("direction") == "up") & ~measured
+    return hops.withColumns({"latency_us": latency_us, "entered": entered.cast("long")})
+
+
+def hops_with_previous(data: Dataset) -> DataFrame:
+    """Every hop with its dispatcher's parent and depth, the time of the hop before it
+    (`previous_at`, null for none) and its event's sender's region: computed once and
+    kept by a warm session, so that a run is a filter of it (grouping every hop by its
+    event was a shuffle of its own, at every run)."""
+    return data.derived(
+        "hops with the hop before",
+        ("hops", "dispatchers", "events", "clients"),
+        lambda: _with_sender_region(data, _with_previous(_tree_hops(data))),
+    )
+
+
+def _tree_hops(data: Dataset) -> DataFrame:
+    """Every hop with its dispatcher's parent and depth."""
     tree = data.table("dispatchers").select(
         F.col("id").alias("dispatcher_id"), "parent_id", "depth"
     )
-    return hops.join(F.broadcast(tree), "dispatcher_id").select(
+    return data.table("hops").join(F.broadcast(tree), "dispatcher_id").select(
         "event_id", "dispatcher_id", "parent_id", "depth", "direction", "at",
         "forwarded", "delivered", "wasted",
     )  # fmt: skip
 
 
-def _region_events(data: Dataset, region: str) -> DataFrame:
-    senders = (
-        data.table("clients")
-        .where(F.col("region") == region)
-        .select(F.col("id").alias("sender_id"))
+def _with_sender_region(data: Dataset, hops: DataFrame) -> DataFrame:
+    """`hops` with `sender_region`: the region of the client that sent its event."""
+    regions = data.table("clients").select(
+        F.col("id").alias("sender_id"), F.col("region").alias("sender_region")
     )
-    events = data.table("events").join(F.broadcast(senders), "sender_id", "left_semi")
-    return events.select(F.col("id").alias("event_id"))
+    senders = data.table("events").select(F.col("id").alias("event_id"), "sender_id")
+    of_event = senders.join(regions, "sender_id").drop("sender_id")
+    return hops.join(of_event, "event_id", "left").drop("event_id")
 
 
 # For one hop `x` among its event's hops `hops`: the time of the hop before it.
@@ -152,19 +180,15 @@ END
 """
 
 
-def _measured_hops(hops: DataFrame) -> DataFrame:
-    """Each hop with `latency_us` (null when not measured) and `entered` (1 for an
-    event's first hop: up, with no hop below it), its event's hops side by side."""
-    columns = hops.columns
-    per_event = hops.groupBy("event_id").agg(
-        F.collect_list(F.struct(*[c for c in columns if c != "event_id"])).alias("hops")
-    )
-    fields = ", ".join(f"'{c}', x.{c}" for c in columns if c != "event_id")
+def _with_previous(hops: DataFrame) -> DataFrame:
+    """Each hop with `previous_at`, its event's hops side by side."""
+    columns = [c for c in hops.columns if c != "event_id"]
+    per_event = hops.groupBy("event_id").agg(F.collect_list(F.struct(*columns)).alias("hops"))
+    fields = ", ".join(f"'{c}', x.{c}" for c in columns)
     measured = F.expr(f"transform(hops, x -> named_struct({fields}, 'previous_at', {PREVIOUS_AT}))")
-    hop = per_event.select(F.explode(measured).alias("hop")).select("hop.*")
-    latency_us = F.unix_micros(F.col("at")) - F.unix_micros(F.col("previous_at"))
-    first = (F.col("direction") == "up") & F.col("previous_at").isNull()
-    return hop.withColumns({"latency_us": latency_us, "entered": first.cast("long")})
+    return per_event.select("event_id", F.explode(measured).alias("hop")).select(
+        "event_id", "hop.*"
+    )
 
 
 def _traffic(hops: DataFrame) -> list[dict]:
@@ -194,8 +218,8 @@ def _latencies(hops: DataFrame) -> dict[tuple[str, str], tuple[float, float]]:
 
 def _dispatcher_rows(data: Dataset, traffic: dict[int, dict]) -> list[dict]:
     """Every dispatcher (with or without traffic), root first, by level and name."""
-    tree = data.table("dispatchers").orderBy("depth", "name").limit(MAX_DISPATCHERS)
-    return [_dispatcher_row(d.asDict(), traffic.get(d["id"], {})) for d in tree.collect()]
+    tree = sorted(data.rows("dispatchers"), key=lambda d: (d["depth"], d["name"]))
+    return [_dispatcher_row(d.asDict(), traffic.get(d["id"], {})) for d in tree[:MAX_DISPATCHERS]]
 
 
 def _dispatcher_row(dispatcher: dict, traffic: dict) -> dict:

@@ -129,6 +129,23 @@ def test_a_snapshot_table_exported_again_is_read_again(spark, settings, tmp_path
     assert [row.is_active for row in again.collect()] == [False]
 
 
+def test_a_small_table_s_rows_are_collected_again_only_when_it_changes(
+    spark, settings, tmp_path
+):
+    settings.REPORTS_DATASET = root = tmp_path / "dataset"
+    model = ClientModel.objects.create(name="web-server")
+    client = Client.objects.create(name="web-00001", model=model, secret_hash="x")
+    export_changes()
+    first = Dataset(spark, root, keep=True).rows("clients")
+    assert Dataset(spark, root, keep=True).rows("clients") is first
+    Client.objects.filter(pk=client.pk).update(is_active=False)
+
+    export_changes()
+
+    assert [row.is_active for row in Dataset(spark, root, keep=True).rows("clients")] == [False]
+    assert [row.is_active for row in Dataset(spark, root).rows("clients")] == [False]
+
+
 def test_a_derived_frame_is_kept_until_one_of_its_tables_changes(spark, settings, tmp_path):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
     model = ClientModel.objects.create(name="web-server")
@@ -167,3 +184,7 @@ def test_the_worker_keeps_the_whole_dataset_as_it_starts(spark, settings, tmp_pa
     data = Dataset(spark, root, keep=True)
     assert all(data.table(name).is_cached for name in TABLES)
     assert deliveries_to_receivers(data).is_cached
+    derived = [name for name in kept._kept if name not in TABLES]
+    # Every frame a job derives: the receivers' deliveries, the timeline's four, the
+    # tree's hops with the hop before.
+    assert len(derived) == 6 and all(kept._kept[name].frame.is_cached for name in derived)

@@ -176,3 +176,23 @@ def test_an_empty_window_lists_the_dispatchers_without_traffic(incident):
     for row in result.sections["dispatchers"] + result.sections["levels"]:
         assert_same_traffic(row, blank())
     assert result.summary["routed"] == result.summary["events"] == 0
+
+
+def test_a_hop_whose_hop_before_lies_before_the_window_is_not_measured(incident):
+    # The window starts at a hop up whose hop before (a child's, up) is earlier: in the
+    # window, that hop is not measured and counts as its event's entry into the tree.
+    parent = parents()
+    ups = TrafficRecord.objects.filter(direction="up").order_by("at")
+    cut = next(
+        hop for hop in ups
+        if any(o.at < hop.at and parent[o.dispatcher_id] == hop.dispatcher_id for o in ups)
+    )  # fmt: skip
+    params = replace(incident.params, window_start=cut.at)
+    result = tree_report.run(incident.data, params)
+    per_dispatcher, _, overall = expected_traffic(params)
+    for row in result.sections["dispatchers"]:
+        assert_same_traffic(row, per_dispatcher.get(row["dispatcher"], blank()))
+    name = Dispatcher.objects.get(pk=cut.dispatcher_id).name
+    assert expected_traffic(incident.params)[0][name]["entered"] == 0  # over the whole window
+    assert per_dispatcher[name]["entered"] >= 1
+    assert result.summary["events"] == overall["entered"]
