@@ -12,7 +12,9 @@ A kept table is brought up to date before each run, from the folder alone:
 
 A frame derived from tables (kept_derived: the deliveries with their receivers, which
 three reports join alike at every query) is kept the same way, and computed again
-whenever one of its tables changed.
+whenever one of its tables changed. A frame derived row by row from one table
+(kept_derived_rows: each delivery with its receiver, each audit entry with what its
+details say) is brought up to date as a table is: from the new batches only.
 
 Kept frames are kept MEMORY_AND_DISK, so that a dataset larger than the driver's memory
 spills rather than fails. One dataset folder is kept at a time.
@@ -71,6 +73,30 @@ def kept_derived(data, name: str, sources: tuple[str, ...], build: Callable) -> 
         if kept is not None and kept.version == version:
             return kept.frame
         return _keep(name, version, build())
+
+
+def kept_derived_rows(
+    data, name: str, table: str, looked_up: tuple[str, ...], build: Callable
+) -> DataFrame:
+    """The frame `build(rows)` computes row by row from rows of the table `table` (a
+    row of it gives at most one row, with its `id`), looking up the tables
+    `looked_up`: kept in memory (under `name`) as kept_table keeps a table. When
+    exports only added batches to `table` and the looked-up tables are unchanged, only
+    the new batches' rows are built, and the kept rows they hold newer versions of are
+    left out; anything else builds it from the whole table again."""
+    with _lock:
+        _forget_other_roots(data.root)
+        own = folder_version(data.root / table)
+        others = tuple(folder_version(data.root / source) for source in looked_up)
+        kept = _kept.get(name)
+        if kept is not None and kept.version == (own, others):
+            return kept.frame
+        as_table = kept and Kept(kept.version[0], kept.frame)
+        if kept is not None and kept.version[1] == others and _only_added(table, as_table, own):
+            newer = _newer_rows(data, table, as_table, own)
+            unchanged = kept.frame.join(newer.select("id"), "id", "left_anti")
+            return _keep(name, (own, others), unchanged.unionByName(build(newer)))
+        return _keep(name, (own, others), build(data.table(table)))
 
 
 def kept_rows(data, name: str) -> list:
@@ -134,10 +160,15 @@ def _only_added(name: str, kept: Kept | None, version: tuple) -> bool:
 
 def _updated(data, name: str, kept: Kept, version: tuple) -> DataFrame:
     """The kept rows, less those the new batches hold newer versions of, and theirs."""
-    new_batches = [data.root / name / part for part, _ in version[len(kept.version) :]]
-    newer = data.read(name, only=new_batches)
+    newer = _newer_rows(data, name, kept, version)
     unchanged = kept.frame.join(newer.select("id"), "id", "left_anti")
     return unchanged.unionByName(newer)
+
+
+def _newer_rows(data, name: str, kept: Kept, version: tuple) -> DataFrame:
+    """The rows of the batches `version` holds beyond those `kept` was read from."""
+    new_batches = [data.root / name / part for part, _ in version[len(kept.version) :]]
+    return data.read(name, only=new_batches)
 
 
 def _kept_in_memory(frame: DataFrame) -> DataFrame:

@@ -17,7 +17,7 @@ from pathlib import Path
 from django.conf import settings
 
 from reports.dataset import TABLES, batches
-from reports.kept import kept_derived, kept_rows, kept_table
+from reports.kept import kept_derived, kept_derived_rows, kept_rows, kept_table
 
 # Classes of generated code kept: every report's, with room for several windows.
 CODEGEN_CACHE_ENTRIES = 1000
@@ -132,6 +132,21 @@ class Dataset:
             raise ValueError(f"a derived frame cannot be named as the table {name!r} is")
         if name not in self._frames:
             self._frames[name] = kept_derived(self, name, sources, build) if self.keep else build()
+        return self._frames[name]
+
+    def derived_rows(self, name: str, table: str, looked_up: tuple[str, ...], build: Callable):
+        """The frame `build(rows)` computes row by row from rows of `table` (each row
+        gives at most one, with its `id`), looking up the tables `looked_up`, once per
+        Dataset; with `keep`, kept in memory and brought up to date from new batches
+        only (reports.kept.kept_derived_rows)."""
+        if name in TABLES:
+            raise ValueError(f"a derived frame cannot be named as the table {name!r} is")
+        if name not in self._frames:
+            self._frames[name] = (
+                kept_derived_rows(self, name, table, looked_up, build)
+                if self.keep
+                else build(self.table(table))
+            )
         return self._frames[name]
 
     def read(self, name: str, *, only: list[Path] | None = None):

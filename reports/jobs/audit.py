@@ -185,23 +185,80 @@ def _persisted(frame: DataFrame) -> Iterator[DataFrame]:
 def _entries(data: Dataset, params: Params, *, refused_only: bool) -> DataFrame:
     """The window's entries (or only its refusals), with what their details say (see
     _with_details); with a region, only those involving its clients."""
-    found = data.table("audit").where(in_window("at", params))
+    found = entries_read(data).where(in_window("at", params))
     if refused_only:
         found = found.where(F.col("outcome") == REFUSED)
-    entries = _with_details(found, bulk=bool(params.region))
     if params.region:
-        entries = _involving_region(entries, data, params.region)
-    return entries.drop("id", "bulk", "actor_client", "target_client")
+        found = _involving_region(found, params.region)
+    return found.drop("id", "named", "actor_region", "target_region")
 
 
-def _with_details(found: DataFrame, *, bulk: bool) -> DataFrame:
+def keep(data: Dataset) -> None:
+    """Keep what this report reads beyond the tables (a warm session's start-up)."""
+    entries_read(data)
+
+
+def entries_read(data: Dataset) -> DataFrame:
+    """Every entry with what its details say (_with_details) and the regions of the
+    clients it involves: its actor's and target's (`actor_region`, `target_region`) and
+    those it lists (`named`: each name, its region, whether it is a listed receiver).
+    Read once and kept by a warm session (an export's new entries are read alone), so
+    that a run parses no details and joins no clients."""
+    return data.derived_rows(
+        "audit entries read", "audit", ("clients",), lambda found: _read(data, found)
+    )
+
+
+def _read(data: Dataset, found: DataFrame) -> DataFrame:
+    entries = _with_details(found)
+    regions = data.table("clients").select(F.col("name").alias("client"), "region")
+    lists = F.col("listed").isNotNull() | F.col("bulk").isNotNull()
+    return (
+        entries.join(F.broadcast(_renamed(regions, "actor")), "actor_client", "left")
+        .join(F.broadcast(_renamed(regions, "target")), "target_client", "left")
+        .join(_named(entries.where(lists), regions), "id", "left")
+        .withColumn("named", F.coalesce("named", F.array().cast(NAMED)))
+        .drop("bulk", "actor_client", "target_client")
+    )
+
+
+NAMED = "array<struct<client:string,region:string,listed:boolean>>"
+
+
+def _renamed(regions: DataFrame, role: str) -> DataFrame:
+    return regions.select(
+        F.col("client").alias(f"{role}_client"), F.col("region").alias(f"{role}_region")
+    )
+
+
+def _named(entries: DataFrame, regions: DataFrame) -> DataFrame:
+    """Per entry listing clients (policy refusals, bulk changes): each name it lists,
+    with its region and whether it is a listed receiver."""
+    empty = F.array().cast("array<struct<client:string,listed:boolean>>")
+    names = F.concat(
+        F.coalesce(F.transform("listed", lambda name: _name(name, listed=True)), empty),
+        F.coalesce(F.transform("bulk", lambda name: _name(name)), empty),
+    )
+    spread = entries.select("id", F.explode(names).alias("n")).select("id", "n.client", "n.listed")
+    return (
+        spread.join(F.broadcast(regions), "client", "left")
+        .groupBy("id")
+        .agg(F.collect_list(F.struct("client", "region", "listed")).alias("named"))
+    )
+
+
+def _name(name: Column, *, listed: bool = False) -> Column:
+    return F.struct(name.alias("client"), F.lit(listed).alias("listed"))
+
+
+def _with_details(found: DataFrame) -> DataFrame:
     """Entries with their details read once: whether a send was confirmed, the
     clients involved (actor, target, listed; a bulk change's clients when `bulk`),
     the refusers and the receivers not listed. Details are parsed only where they say
     something a section reads, and Spark evaluates only what a section goes on to read."""
     action = F.col("action")
     confirmed = F.get_json_object("details", "$.confirmed_count").isNotNull()
-    clients = _bulk_clients() if bulk else F.lit(None)
+    clients = _bulk_clients()
     parsed = found.select(
         "id", "at", "actor", "action", "outcome", "target",
         F.coalesce("category", F.lit(audit.OTHER)).alias("category"),
@@ -242,66 +299,26 @@ def _region_clients(data: Dataset, region: str) -> DataFrame:
     )
 
 
-def _involving_region(entries: DataFrame, data: Dataset, region: str) -> DataFrame:
-    """The entries a client of the region is involved in; a policy refusal's listed
-    receivers (and so its refusers) narrowed to the region's. Most entries list no
-    client (an answer, a change): they are kept or not by their actor and target alone,
-    without spreading every entry over the names it involves."""
-    clients = _region_clients(data, region).select("client")
-    lists = F.col("listed").isNotNull() | F.col("bulk").isNotNull()
-    by_name = _involving_by_name(entries.where(~lists), clients)
-    return by_name.unionByName(_involving_by_list(entries.where(lists), clients))
-
-
-def _involving_by_name(entries: DataFrame, clients: DataFrame) -> DataFrame:
-    """Entries listing no client whose actor or target is a client of the region."""
-    actors = clients.select(F.col("client").alias("actor_client"), F.lit(True).alias("_actor"))
-    targets = clients.select(F.col("client").alias("target_client"), F.lit(True).alias("_target"))
-    found = entries.join(F.broadcast(actors), "actor_client", "left").join(
-        F.broadcast(targets), "target_client", "left"
+def _involving_region(entries: DataFrame, region: str) -> DataFrame:
+    """The entries a client of the region is involved in (its actor, target, or a
+    client it lists); a policy refusal's listed receivers (and so its refusers)
+    narrowed to the region's."""
+    here = F.lit(region)
+    involved = F.coalesce(
+        (F.col("actor_region") == here)
+        | (F.col("target_region") == here)
+        | F.exists("named", lambda n: n["region"] == here),
+        F.lit(False),
     )
-    involved = F.coalesce(F.col("_actor"), F.lit(False)) | F.coalesce(
-        F.col("_target"), F.lit(False)
-    )
+    listed_here = F.filter("named", lambda n: n["listed"] & (n["region"] == here))
+    listed = F.when(F.col("listed").isNotNull(), F.transform(listed_here, lambda n: n["client"]))
     return (
-        found.where(involved)
-        .drop("_actor", "_target")
-        .withColumns({"unlisted": F.lit(0).cast("long"), "refusers": F.lit(0).cast("long")})
-    )
-
-
-def _named(name: Column, *, listed: bool = False) -> Column:
-    """A name an entry involves, and whether it is among the receivers it lists."""
-    return F.struct(name.alias("client"), F.lit(listed).alias("listed"))
-
-
-def _involving_by_list(entries: DataFrame, clients: DataFrame) -> DataFrame:
-    """Entries listing clients (policy refusals, bulk changes) involving the region by
-    their actor, target or a client listed; their listed receivers narrowed to it.
-    Every name an entry involves is matched with the region's in one pass, then the
-    entries matched are taken with what they list there (two reads of `entries`)."""
-    empty = F.array().cast("array<struct<client:string,listed:boolean>>")
-    named = F.concat(
-        F.array(_named(F.col("actor_client")), _named(F.col("target_client"))),
-        F.coalesce(F.transform("listed", lambda name: _named(name, listed=True)), empty),
-        F.coalesce(F.transform("bulk", lambda name: _named(name)), empty),
-    )
-    matched = (
-        entries.select("id", F.explode(named).alias("n"))
-        .select("id", "n.client", "n.listed")
-        .join(F.broadcast(clients), "client", "left_semi")
-        .groupBy("id")
-        .agg(F.collect_list(F.when(F.col("listed"), F.col("client"))).alias("listed_here"))
-    )
-    listed = F.when(F.col("listed").isNotNull(), F.col("listed_here"))
-    return (
-        entries.join(matched, "id")
+        entries.where(involved)
         .withColumns({"listed": listed, "unlisted": F.lit(0).cast("long")})
         .withColumn(
             "refusers",
             F.when(F.col("listed").isNotNull(), F.size("listed")).otherwise(0).cast("long"),
         )
-        .drop("listed_here")
     )
 
 

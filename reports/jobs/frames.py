@@ -105,9 +105,13 @@ def window_deliveries(data: Dataset, params: Params) -> DataFrame:
 
 def deliveries_to_receivers(data: Dataset) -> DataFrame:
     """Every delivery to a client, with the receiver's name, region and leaf: joined
-    once and kept by a warm session, not at each query (a broadcast costs a Spark job)."""
-    return data.derived(
-        "deliveries to receivers", ("deliveries", "clients"), lambda: _to_receivers(data)
+    once and kept by a warm session, not at each query (a broadcast costs a Spark job);
+    an export that adds deliveries joins only those."""
+    return data.derived_rows(
+        "deliveries to receivers",
+        "deliveries",
+        ("clients",),
+        lambda rows: _to_receivers(data, rows),
     )
 
 
@@ -116,8 +120,8 @@ def _in_region(frame: DataFrame, params: Params) -> DataFrame:
     return frame.where(F.col("region") == params.region) if params.region else frame
 
 
-def _to_receivers(data: Dataset) -> DataFrame:
-    deliveries = data.table("deliveries").select(*DELIVERY_COLUMNS_READ)
+def _to_receivers(data: Dataset, deliveries: DataFrame) -> DataFrame:
+    deliveries = deliveries.select("id", *DELIVERY_COLUMNS_READ)
     return deliveries.join(F.broadcast(every_receiver(data)), "receiver_id")
 
 

@@ -220,7 +220,7 @@ def _marking_entries(data: Dataset) -> DataFrame:
     about a client (its target names one) and that client's region: picked from the
     whole audit once and kept by a warm session, so that a run reads a few rows."""
 
-    def build() -> DataFrame:
+    def build(audit: DataFrame) -> DataFrame:
         done = (F.col("outcome") == "done") & F.col("action").isin(*MARKER_TYPES)
         types = F.create_map(*[F.lit(x) for pair in MARKER_TYPES.items() for x in pair])
         regions = frames.every_receiver(data).select(
@@ -229,15 +229,14 @@ def _marking_entries(data: Dataset) -> DataFrame:
         client = F.substring_index(F.col("target"), CLIENT_TARGET, -1).alias("_client")
         columns = ("id", "at", "action", "actor", "target")
         return (
-            data.table("audit")
-            .where(done)
+            audit.where(done)
             .select(*columns, types[F.col("action")].alias("type"), _what(), client)
             .join(F.broadcast(regions), "_client", "left")
             .withColumn("about_a_client", F.col("target").startswith(CLIENT_TARGET))
             .drop("_client")
         )
 
-    return data.derived("entries marking the timeline", ("audit", "clients"), build)
+    return data.derived_rows("entries marking the timeline", "audit", ("clients",), build)
 
 
 def _what() -> Column:

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from django.utils import timezone
+from pyspark.sql import functions as F
 
 from broker.models import AuditEntry, Client, ClientModel
 from reports import kept
@@ -129,9 +130,36 @@ def test_a_snapshot_table_exported_again_is_read_again(spark, settings, tmp_path
     assert [row.is_active for row in again.collect()] == [False]
 
 
-def test_a_small_table_s_rows_are_collected_again_only_when_it_changes(
-    spark, settings, tmp_path
-):
+def test_a_frame_derived_row_by_row_reads_only_an_export_s_new_rows(spark, settings, tmp_path):
+    settings.REPORTS_DATASET = root = tmp_path / "dataset"
+    model = ClientModel.objects.create(name="web-server")
+    client = Client.objects.create(name="web-00001", model=model, secret_hash="x")
+    entry("test.first")
+    export_changes()
+    built_from = []
+
+    def actions(audit):
+        built_from.append(audit)
+        return audit.select("id", F.upper("action").alias("action"))
+
+    def derived():
+        data = Dataset(spark, root, keep=True)
+        return data.derived_rows("actions", "audit", ("clients",), actions)
+
+    first = derived()
+    assert derived() is first and len(built_from) == 1
+    entry("test.second")
+    export_changes()
+
+    assert sorted(row.action for row in derived().collect()) == ["TEST.FIRST", "TEST.SECOND"]
+    assert len(built_from) == 2 and built_from[-1].count() == 1  # the new batch alone
+    Client.objects.filter(pk=client.pk).update(is_active=False)  # a looked-up table
+    export_changes()
+    assert sorted(row.action for row in derived().collect()) == ["TEST.FIRST", "TEST.SECOND"]
+    assert len(built_from) == 3 and built_from[-1].count() == 2  # the whole table again
+
+
+def test_a_small_table_s_rows_are_collected_again_only_when_it_changes(spark, settings, tmp_path):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
     model = ClientModel.objects.create(name="web-server")
     client = Client.objects.create(name="web-00001", model=model, secret_hash="x")
@@ -186,5 +214,5 @@ def test_the_worker_keeps_the_whole_dataset_as_it_starts(spark, settings, tmp_pa
     assert deliveries_to_receivers(data).is_cached
     derived = [name for name in kept._kept if name not in TABLES]
     # Every frame a job derives: the receivers' deliveries, the timeline's four, the
-    # tree's hops with the hop before.
-    assert len(derived) == 6 and all(kept._kept[name].frame.is_cached for name in derived)
+    # tree's hops with the hop before, the audit's entries read.
+    assert len(derived) == 7 and all(kept._kept[name].frame.is_cached for name in derived)
