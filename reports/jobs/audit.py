@@ -199,9 +199,10 @@ def keep(data: Dataset) -> None:
 
 
 def entries_read(data: Dataset) -> DataFrame:
-    """Every entry with what its details say (_with_details) and the regions of the
-    clients it involves: its actor's and target's (`actor_region`, `target_region`) and
-    those it lists (`named`: each name, its region, whether it is a listed receiver).
+    """Every entry with what its details say (_with_details), its group of actions
+    (_group) and the regions of the clients it involves: its actor's and target's
+    (`actor_region`, `target_region`) and those it lists (`named`: each name, its
+    region, whether it is a listed receiver).
     Read once and kept by a warm session (an export's new entries are read alone), so
     that a run parses no details and joins no clients."""
     return data.derived_rows(
@@ -217,7 +218,12 @@ def _read(data: Dataset, found: DataFrame) -> DataFrame:
         entries.join(F.broadcast(_renamed(regions, "actor")), "actor_client", "left")
         .join(F.broadcast(_renamed(regions, "target")), "target_client", "left")
         .join(_named(entries.where(lists), regions), "id", "left")
-        .withColumn("named", F.coalesce("named", F.array().cast(NAMED)))
+        .withColumns(
+            {
+                "named": F.coalesce("named", F.array().cast(NAMED)),
+                "group": _group(),
+            }
+        )  # fmt: skip
         .drop("bulk", "actor_client", "target_client")
     )
 
@@ -329,7 +335,7 @@ def _acts(data: Dataset, params: Params) -> DataFrame:
     """The window's entries counted per actor, group of actions and outcome, with
     first and last time (group null: an operator's unconfirmed send, see _group)."""
     entries = _entries(data, params, refused_only=False)
-    return entries.groupBy("actor", _group().alias("group"), "outcome").agg(
+    return entries.groupBy("actor", "group", "outcome").agg(
         F.count(F.lit(1)).alias("count"),
         F.min("at").alias("first_at"),
         F.max("at").alias("last_at"),
