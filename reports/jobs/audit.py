@@ -218,12 +218,7 @@ def _read(data: Dataset, found: DataFrame) -> DataFrame:
         entries.join(F.broadcast(_renamed(regions, "actor")), "actor_client", "left")
         .join(F.broadcast(_renamed(regions, "target")), "target_client", "left")
         .join(_named(entries.where(lists), regions), "id", "left")
-        .withColumns(
-            {
-                "named": F.coalesce("named", F.array().cast(NAMED)),
-                "group": _group(),
-            }
-        )  # fmt: skip
+        .withColumns({"named": F.coalesce("named", F.array().cast(NAMED)), "group": _group()})
         .drop("bulk", "actor_client", "target_client")
     )
 

@@ -7,9 +7,12 @@ a doubling wide: a few thousand bins per group, whatever the spread), per group 
 every grouping, and brings each group's counts to the driver (a few thousand numbers
 per group, not its values). There, running totals say which bin holds each rank wanted
 and where in the bin it is. The second query sorts only the values of those bins and
-brings back only the values at those ranks. A percentile interpolates between the two
-nearest ranks, as Spark's `percentile` and numpy's default ("linear") do: at position
-p * (n - 1) of the sorted values, low + (position - floor(position)) * (high - low).
+brings back only the values at those ranks; it is not run when every bin wanted holds
+at most two values, which the first query's least and greatest value of each bin then
+are (the sparse groups of a small dataset: the tree's hops). A percentile
+interpolates between the two nearest ranks, as Spark's `percentile` and numpy's
+default ("linear") do: at position p * (n - 1) of the sorted values,
+low + (position - floor(position)) * (high - low).
 """
 
 from __future__ import annotations
@@ -19,19 +22,28 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from itertools import accumulate
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 BINS_PER_DOUBLING = 128
+# Up to this many values in the bins holding the ranks wanted come to the driver, to be
+# sorted there (tens of MB at most); more are sorted by Spark, and only the values at
+# the ranks wanted come. (Over 1,000,000 deliveries the latency report brings about
+# 115,000: a filter and a read of Arrow, against a shuffle, a sort and rows.)
+FETCHED_VALUES = 1_000_000
 GROUP = ["grouping", "key", "series"]
 
 
 @dataclass
 class Histogram:
-    """One group's counts per bin, the bins in ascending order."""
+    """One group's counts per bin, the bins in ascending order; `known`: the values of
+    each bin holding at most two (its least and greatest), in order."""
 
     bins: list[int]
     counts: list[int]
+    known: dict[int, list]
     ends: list[int] = field(init=False)  # running totals: the ranks each bin ends at
 
     def __post_init__(self) -> None:
@@ -58,9 +70,9 @@ def percentiles(
     are left out; rows with a null in a grouping's column are a group of their own
     there (key None)."""
     binned = values.where(F.col("value").isNotNull()).withColumn("bin", _bin("value"))
-    histograms = _histograms(binned, groupings)
+    histograms, counts = _histograms(binned, groupings)
     wanted = {group: _ranks(h.total, fractions) for group, h in histograms.items()}
-    found = _values_at(binned, groupings, histograms, wanted)
+    found = _values_at(binned, groupings, histograms, wanted, counts)
     return [
         _interpolated(group, histograms[group].total, wanted[group], found, fractions)
         for group in sorted(histograms, key=_in_order)
@@ -101,33 +113,44 @@ def _text(value: str) -> str:
     return "'" + "".join(f"\\u{ord(c):04x}" for c in value) + "'"
 
 
-def _histograms(binned: DataFrame, groupings: dict[str, str | None]) -> dict[tuple, Histogram]:
+def _histograms(binned: DataFrame, groupings: dict[str, str | None]) -> tuple[dict, object]:
     """The first query: per group, its counts per bin. Spark counts the values per
     finest group and bin (one shuffle), and those counts come to the driver as Arrow,
     where each grouping adds them up: a few thousand counts per group, read in bulk,
-    rather than two more shuffles and rows of Python objects."""
+    rather than two more shuffles and rows of Python objects. Returns the histograms,
+    and the counts per finest group and bin (an Arrow table)."""
     finest = list(dict.fromkeys(column for column in groupings.values() if column))
-    counted = binned.groupBy(*finest, "series", "bin").agg(F.count(F.lit(1)).alias("n"))
+    counted = binned.groupBy(*finest, "series", "bin").agg(
+        F.count(F.lit(1)).alias("n"), F.min("value").alias("least"), F.max("value").alias("most")
+    )
     counts = counted.toArrow()
     histograms = {}
     for name, column in groupings.items():
         histograms.update(_regrouped(counts, name, column))
-    return histograms
+    return histograms, counts
 
 
 def _regrouped(counts, grouping: str, column: str | None) -> dict[tuple, Histogram]:
     """The histograms of one grouping, from the counts per finest group and bin."""
     by = [column, "series", "bin"] if column else ["series", "bin"]
-    summed = counts.group_by(by).aggregate([("n", "sum")]).sort_by([(c, "ascending") for c in by])
-    per_group: dict[tuple, tuple[list, list]] = {}
+    summed = (
+        counts.group_by(by)
+        .aggregate([("n", "sum"), ("least", "min"), ("most", "max")])
+        .sort_by([(c, "ascending") for c in by])
+    )
+    per_group: dict[tuple, tuple[list, list, dict]] = {}
     keys = summed[column].to_pylist() if column else [""] * summed.num_rows
-    series, bins, ns = (summed[c].to_pylist() for c in ("series", "bin", "n_sum"))
-    for key, one_series, bin_, n in zip(keys, series, bins, ns, strict=True):
+    columns = ("series", "bin", "n_sum", "least_min", "most_max")
+    for key, series, bin_, n, least, most in zip(
+        keys, *(summed[c].to_pylist() for c in columns), strict=True
+    ):
         text = key if key is None or column is None else str(key)
-        group_bins, group_counts = per_group.setdefault((grouping, text, one_series), ([], []))
-        group_bins.append(bin_)
-        group_counts.append(n)
-    return {group: Histogram(*lists) for group, lists in per_group.items()}
+        bins, counts, known = per_group.setdefault((grouping, text, series), ([], [], {}))
+        bins.append(bin_)
+        counts.append(n)
+        if n <= 2:
+            known[bin_] = [least, most][:n]
+    return {group: Histogram(*parts) for group, parts in per_group.items()}
 
 
 def _ranks(count: int, fractions: dict[str, float]) -> dict[str, tuple[float, int, int]]:
@@ -140,19 +163,68 @@ def _ranks(count: int, fractions: dict[str, float]) -> dict[str, tuple[float, in
 
 
 def _values_at(
-    binned: DataFrame, groupings: dict, histograms: dict, wanted: dict
+    binned: DataFrame, groupings: dict, histograms: dict, wanted: dict, counts
 ) -> dict[tuple, float]:
-    """The second query: (group, rank) -> the value of that rank, for every rank wanted."""
+    """(group, rank) -> the value of that rank, for every rank wanted: from the bins'
+    known values, else by a second query."""
     places = {
         (group, rank): (group, *histograms[group].locate(rank))
         for group, ranks in wanted.items()
         for _, low, high in ranks.values()
         for rank in (low, high)
     }
-    if not places:
-        return {}
-    found = _picked(binned, groupings, set(places.values()))
+    found = {place: _known(histograms, place) for place in set(places.values())}
+    unknown = {place for place, value in found.items() if value is None}
+    if unknown:
+        brought = _values_in_bins(counts, unknown) <= FETCHED_VALUES
+        found.update((_fetched if brought else _picked)(binned, groupings, unknown))
     return {group_rank: found[place] for group_rank, place in places.items()}
+
+
+def _values_in_bins(counts, places: set[tuple]) -> int:
+    """How many values lie in the bins of `places` (of any group)."""
+    bins = pa.array(sorted({bin_ for _, bin_, _ in places}), counts["bin"].type)
+    return pc.sum(counts.filter(pc.is_in(counts["bin"], bins))["n"]).as_py() or 0
+
+
+def _fetched(binned: DataFrame, groupings: dict, places: set[tuple]) -> dict:
+    """(group, bin, offset) -> the value there, for each of `places`: the values of
+    the bins wanted come to the driver as Arrow (a filter: no shuffle, no sort in
+    Spark), where each group's are sorted."""
+    finest = list(dict.fromkeys(column for column in groupings.values() if column))
+    bins = ", ".join(str(bin_) for bin_ in sorted({bin_ for _, bin_, _ in places}))
+    values = binned.where(F.expr(f"bin IN ({bins})")).select(*finest, "series", "bin", "value")
+    table = values.toArrow()
+    offsets: dict[tuple, list[int]] = {}
+    for group, bin_, offset in places:
+        offsets.setdefault((*group, bin_), []).append(offset)
+    found = {}
+    for name, column in groupings.items():
+        for (_, key, series, bin_), in_bin in _binned_values(table, name, column).items():
+            wanted_here = offsets.get((name, key, series, bin_), ())
+            in_order = sorted(in_bin) if wanted_here else in_bin
+            for offset in wanted_here:
+                found[((name, key, series), bin_, offset)] = in_order[offset]
+    return found
+
+
+def _binned_values(table, grouping: str, column: str | None) -> dict[tuple, list]:
+    """(grouping, key, series, bin) -> the values there, from `table`."""
+    by = [column, "series", "bin"] if column else ["series", "bin"]
+    lists = table.group_by(by).aggregate([("value", "list")])
+    keys = lists[column].to_pylist() if column else [""] * lists.num_rows
+    parts = (lists[c].to_pylist() for c in ("series", "bin", "value_list"))
+    return {
+        (grouping, key if key is None or column is None else str(key), series, bin_): values
+        for key, series, bin_, values in zip(keys, *parts, strict=True)
+    }
+
+
+def _known(histograms: dict, place: tuple):
+    """The value at (group, bin, offset) when its bin's values are known, else None."""
+    group, bin_, offset = place
+    values = histograms[group].known.get(bin_)
+    return values[offset] if values is not None else None
 
 
 def _picked(binned: DataFrame, groupings: dict, places: set[tuple]) -> dict:

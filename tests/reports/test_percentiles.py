@@ -6,6 +6,9 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 
+import pytest
+
+from reports.jobs import percentiles as percentiles_module
 from reports.jobs.percentiles import percentiles
 from reports.spark import small_frame
 from tests.reports.expected import percentile
@@ -28,7 +31,13 @@ def drawn_values() -> list[tuple[str, str, int]]:
     return rows
 
 
-def test_binned_percentiles_equal_those_of_the_sorted_values_per_group_and_overall(spark):
+@pytest.mark.parametrize("fetched", [percentiles_module.FETCHED_VALUES, 0], ids=["driver", "spark"])
+def test_binned_percentiles_equal_those_of_the_sorted_values_per_group_and_overall(
+    spark, monkeypatch, fetched
+):
+    # The values of the bins wanted are sorted on the driver, or (more than
+    # FETCHED_VALUES of them) by Spark.
+    monkeypatch.setattr(percentiles_module, "FETCHED_VALUES", fetched)
     rows = drawn_values()
     values = spark.createDataFrame(rows, "shape string, series string, value long")
 
@@ -44,6 +53,24 @@ def test_binned_percentiles_equal_those_of_the_sorted_values_per_group_and_overa
         assert row["count"] == len(group)
         for name, fraction in FRACTIONS.items():
             assert row[name] == percentile(group, fraction), (row["key"], name)
+
+
+def test_groups_whose_wanted_bins_hold_two_values_at_most_take_one_query(spark):
+    # Values far apart: each in a bin of its own, or two in one (5 and 5), so that the
+    # first query's least and greatest of each bin are every value there.
+    rows = [("sparse", "a", value) for value in (5, 5, 300, 9_000, 250_000, 7_000_000)]
+    values = small_frame(spark, rows, "shape string, series string, value long")
+    context = spark.sparkContext
+    context.setJobGroup("sparse-percentiles", "test")
+    try:
+        found = percentiles(values, {"shape": "shape"}, FRACTIONS)
+    finally:
+        context.setJobGroup("", "")
+    group = [value for _, _, value in rows]
+    assert [found[0][name] for name in FRACTIONS] == [
+        percentile(group, fraction) for fraction in FRACTIONS.values()
+    ]
+    assert len(context.statusTracker().getJobIdsForGroup("sparse-percentiles")) == 1
 
 
 def test_a_small_frame_holds_its_rows_and_types_in_the_plan_itself(spark):
