@@ -160,8 +160,20 @@ def measure(args: argparse.Namespace, env: dict[str, str], size: int) -> dict:
 def in_child(env: dict[str, str], engine: str, kind: str, runs: int) -> dict:
     command = [sys.executable, "-m", "bench.reports", "--child", engine, kind]
     command += ["--runs", str(runs), "--dataset", env["REPORTS_DATASET"]]
-    done = subprocess.run(command, env=env, cwd=ROOT, check=True, capture_output=True, text=True)
+    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(_failure(engine, kind, done))
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _failure(engine: str, kind: str, done: subprocess.CompletedProcess) -> str:
+    """What a child that failed said: its error lines (all it wrote kept in a file)."""
+    log = FOLDER / f"{engine}-{kind}.stderr"
+    log.write_text(done.stderr)
+    lines = done.stderr.splitlines()
+    errors = [line for line in lines if "Error" in line or "Exception" in line][:10]
+    said = "\n".join(errors or lines[-20:])
+    return f"{engine} {kind} failed (exit {done.returncode}; all it wrote: {log}):\n{said}"
 
 
 def seconds_of(figures: dict, run: str) -> float:

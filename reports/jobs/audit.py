@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from broker import audit
-from reports.jobs.frames import at_or_after, before, in_window, iso, rows
+from reports.jobs.frames import at_or_after, before, count_where, in_window, iso, rows
 from reports.results import Field, Params, Result, Section
 from reports.spark import Dataset
 
@@ -160,7 +160,7 @@ def run(data: Dataset, params: Params) -> Result:
         by_policy = kept.enter_context(_persisted(_refusals_by_policy(refused, policies, data)))
         acts = kept.enter_context(_persisted(_acts(data, params)))
         sections = {
-            "activity": _activity(acts, data, params),
+            "activity": _activity(acts),
             "refusals": _refusal_rows(by_actor),
             "refusals_by_policy": _policy_rows(by_policy),
             "anomalies": _jumps(by_actor) + _refusing_all(by_policy, data, params, policies),
@@ -195,7 +195,8 @@ def _entries(data: Dataset, params: Params, *, refused_only: bool) -> DataFrame:
 
 def keep(data: Dataset) -> None:
     """Keep what this report reads beyond the tables (a warm session's start-up)."""
-    entries_read(data)
+    for kept in (entries_read, _keyed_versions, _policy_texts):
+        kept(data)
 
 
 def entries_read(data: Dataset) -> DataFrame:
@@ -327,34 +328,34 @@ def _involving_region(entries: DataFrame, region: str) -> DataFrame:
 
 
 def _acts(data: Dataset, params: Params) -> DataFrame:
-    """The window's entries counted per actor, group of actions and outcome, with
-    first and last time (group null: an operator's unconfirmed send, see _group)."""
-    entries = _entries(data, params, refused_only=False)
-    return entries.groupBy("actor", "group", "outcome").agg(
-        F.count(F.lit(1)).alias("count"),
-        F.min("at").alias("first_at"),
-        F.max("at").alias("last_at"),
+    """Per actor and group of actions: what was done and refused, first and last time,
+    with the window's sends (from the events) among them; and the audit entries and
+    changes (done) counted there, for the summary (group null: an operator's
+    unconfirmed send, see _group). One aggregation of the window's entries."""
+    entries = _entries(data, params, refused_only=False).select(
+        "actor", "group", "outcome", "at", F.lit(1).alias("audited")
     )
-
-
-def _activity(acts: DataFrame, data: Dataset, params: Params) -> list[dict]:
-    audited = acts.where(F.col("group").isNotNull()).select(
-        "actor", "group",
-        F.when(F.col("outcome") == DONE, F.col("count")).otherwise(0).alias("done"),
-        F.when(F.col("outcome") == REFUSED, F.col("count")).otherwise(0).alias("refused"),
-        "first_at", "last_at",
-    )  # fmt: skip
-    grouped = (
-        audited.unionByName(_sends(data, params))
+    outcome, audited = F.col("outcome"), F.col("audited") == 1
+    return (
+        entries.unionByName(_sends(data, params))
         .groupBy("actor", "group")
         .agg(
-            F.sum("done").alias("done"),
-            F.sum("refused").alias("refused"),
-            iso(F.min("first_at")).alias("first"),
-            iso(F.max("last_at")).alias("last"),
+            count_where(outcome == DONE).alias("done"),
+            count_where(outcome == REFUSED).alias("refused"),
+            F.min("at").alias("first_at"),
+            F.max("at").alias("last_at"),
+            count_where(audited).alias("entries"),
+            count_where(audited & (outcome == DONE)).alias("changes"),
         )
     )
-    ordered = grouped.orderBy(F.desc(F.col("done") + F.col("refused")), "actor", "group")
+
+
+def _activity(acts: DataFrame) -> list[dict]:
+    ordered = (
+        acts.where(F.col("group").isNotNull())
+        .orderBy(F.desc(F.col("done") + F.col("refused")), "actor", "group")
+        .withColumns({"first": iso("first_at"), "last": iso("last_at")})
+    )
     return rows(ordered, SECTIONS["activity"].field_names, limit=MAX_ACTIVITY_ROWS)
 
 
@@ -371,8 +372,7 @@ def _group() -> Column:
 
 
 def _sends(data: Dataset, params: Params) -> DataFrame:
-    """Every event published in the window, as a send by whoever published it."""
-    published = F.col("published_at")
+    """Every event published in the window, as a send done by whoever published it."""
     events = data.table("events").where(in_window("published_at", params))
     if params.region:
         senders = F.broadcast(_region_clients(data, params.region)).select(
@@ -380,12 +380,13 @@ def _sends(data: Dataset, params: Params) -> DataFrame:
         )
         events = events.join(senders, "sender_id", "left_semi")
     by = F.when(F.coalesce("sent_by", F.lit("")) == "", F.concat(F.lit("client:"), "sender"))
-    sends = events.groupBy(by.otherwise(F.col("sent_by")).alias("actor")).agg(
-        F.count(F.lit(1)).alias("done"),
-        F.min(published).alias("first_at"),
-        F.max(published).alias("last_at"),
+    return events.select(
+        by.otherwise(F.col("sent_by")).alias("actor"),
+        F.lit("send").alias("group"),
+        F.lit(DONE).alias("outcome"),
+        F.col("published_at").alias("at"),
+        F.lit(0).alias("audited"),
     )
-    return sends.withColumns({"group": F.lit("send"), "refused": F.lit(0).cast("long")})
 
 
 # Refusals ------------------------------------------------------------------------------
@@ -421,9 +422,8 @@ def _latest_policies(data: Dataset, params: Params) -> DataFrame:
     """Per receiver, its latest policy version created before the window's end: its
     id, name, policy (`policy_key`, a 64-bit hash of its canonical text, moves through
     the joins instead of the text)."""
-    versions = data.table("policy_versions").where(before("created_at", params.window_end))
-    keyed = versions.withColumn("policy_key", F.xxhash64("policy"))
-    latest = keyed.groupBy("client_id").agg(
+    versions = _keyed_versions(data).where(before("created_at", params.window_end))
+    latest = versions.groupBy("client_id").agg(
         F.max_by(F.struct("client", "policy_key"), "version").alias("v")
     )
     policies = latest.select("client_id", "v.client", "v.policy_key")
@@ -433,10 +433,24 @@ def _latest_policies(data: Dataset, params: Params) -> DataFrame:
     return policies
 
 
+def _keyed_versions(data: Dataset) -> DataFrame:
+    """Every policy version with its policy's key, hashed once and kept (not the text)."""
+    return data.derived_rows("policy versions keyed", "policy_versions", (), _keyed)
+
+
+def _keyed(versions: DataFrame) -> DataFrame:
+    columns = ("id", "client_id", "client", "version", "created_at")
+    return versions.select(*columns, F.xxhash64("policy").alias("policy_key"))
+
+
 def _policy_texts(data: Dataset) -> DataFrame:
-    """{policy_key: canonical text}: few rows, however many receivers hold them."""
-    texts = data.table("policy_versions").select("policy").distinct()
-    return texts.select(F.xxhash64("policy").alias("policy_key"), "policy")
+    """{policy_key: canonical text}: few rows, however many receivers hold them; kept."""
+
+    def build() -> DataFrame:
+        texts = data.table("policy_versions").select("policy").distinct()
+        return texts.select(F.xxhash64("policy").alias("policy_key"), "policy")
+
+    return data.derived("policy texts", ("policy_versions",), build)
 
 
 def _refusals_by_policy(refused: DataFrame, policies: DataFrame, data: Dataset) -> DataFrame:
@@ -563,21 +577,19 @@ def _blank_anomaly() -> dict:
 
 def _summary(acts: DataFrame, by_actor: DataFrame, sections: dict) -> dict:
     """Entries and changes; refusals per category, refusers not listed (so not
-    attributed to a policy) and refusals of whole subtrees; anomalies."""
-    outcomes = acts.groupBy("outcome").agg(F.sum("count").alias("count")).collect()
-    counted = {row["outcome"]: row["count"] for row in outcomes}
+    attributed to a policy) and refusals of whole subtrees; anomalies. (One query.)"""
+    counted = acts.agg(F.sum("entries").alias("entries"), F.sum("changes").alias("changes"))
     categories = {
         c: F.sum(F.when(F.col("category") == c, F.col("entries"))) for c in audit.REFUSAL_CATEGORIES
     }
-    totals = by_actor.agg(
+    refusals = by_actor.agg(
         F.sum("entries").alias("refusals"),
         *[total.alias(category) for category, total in categories.items()],
         F.sum("unlisted").alias("refusers_unlisted"),
         F.sum("subtree_refusals").alias("subtree_refusals"),
-    ).first()
+    )
+    totals = counted.crossJoin(refusals).first()
     return {
-        "entries": sum(counted.values()),
-        "changes": counted.get(DONE, 0),
         **{name: value or 0 for name, value in totals.asDict().items()},
         "anomalies": len(sections["anomalies"]),
     }

@@ -61,16 +61,24 @@ class Histogram:
 
 
 def percentiles(
-    values: DataFrame, groupings: dict[str, str | None], fractions: dict[str, float]
+    values: DataFrame,
+    groupings: dict[str, str | None],
+    fractions: dict[str, float],
+    *,
+    values_per_bin: int = 2,
 ) -> list[dict]:
     """Percentiles of `value` per `series` (a column of `values`) and per group of each
     grouping: name -> the column whose values are its groups (as text), or None for
     one group of everything (key ""). Returns dicts of grouping, key, series, `count`
     (of non-null values) and one value per name of `fractions`. Groups without values
     are left out; rows with a null in a grouping's column are a group of their own
-    there (key None)."""
+    there (key None).
+
+    A bin holding at most `values_per_bin` values brings them in the first query (the
+    least and greatest bring two): more than two is for values that are few (thousands,
+    as the tree's hops), since Spark gathers every bin's values to pick those."""
     binned = values.where(F.col("value").isNotNull()).withColumn("bin", _bin("value"))
-    histograms, counts = _histograms(binned, groupings)
+    histograms, counts = _histograms(binned, groupings, values_per_bin)
     wanted = {group: _ranks(h.total, fractions) for group, h in histograms.items()}
     found = _values_at(binned, groupings, histograms, wanted, counts)
     return [
@@ -113,16 +121,24 @@ def _text(value: str) -> str:
     return "'" + "".join(f"\\u{ord(c):04x}" for c in value) + "'"
 
 
-def _histograms(binned: DataFrame, groupings: dict[str, str | None]) -> tuple[dict, object]:
+def _histograms(
+    binned: DataFrame, groupings: dict[str, str | None], values_per_bin: int
+) -> tuple[dict, object]:
     """The first query: per group, its counts per bin. Spark counts the values per
     finest group and bin (one shuffle), and those counts come to the driver as Arrow,
     where each grouping adds them up: a few thousand counts per group, read in bulk,
     rather than two more shuffles and rows of Python objects. Returns the histograms,
     and the counts per finest group and bin (an Arrow table)."""
     finest = list(dict.fromkeys(column for column in groupings.values() if column))
-    counted = binned.groupBy(*finest, "series", "bin").agg(
-        F.count(F.lit(1)).alias("n"), F.min("value").alias("least"), F.max("value").alias("most")
-    )
+    figures = [
+        F.count(F.lit(1)).alias("n"),
+        F.min("value").alias("least"),
+        F.max("value").alias("most"),
+    ]
+    if values_per_bin > 2:
+        few = F.count(F.lit(1)) <= values_per_bin
+        figures.append(F.when(few, F.collect_list("value")).alias("values"))
+    counted = binned.groupBy(*finest, "series", "bin").agg(*figures)
     counts = counted.toArrow()
     histograms = {}
     for name, column in groupings.items():
@@ -133,24 +149,43 @@ def _histograms(binned: DataFrame, groupings: dict[str, str | None]) -> tuple[di
 def _regrouped(counts, grouping: str, column: str | None) -> dict[tuple, Histogram]:
     """The histograms of one grouping, from the counts per finest group and bin."""
     by = [column, "series", "bin"] if column else ["series", "bin"]
-    summed = (
-        counts.group_by(by)
-        .aggregate([("n", "sum"), ("least", "min"), ("most", "max")])
-        .sort_by([(c, "ascending") for c in by])
-    )
+    figures = [("n", "sum"), ("least", "min"), ("most", "max")]
+    brought = "values" in counts.column_names
+    if brought:
+        missing = pc.cast(pc.is_null(counts["values"]), pa.int64())
+        counts = counts.append_column("missing", missing)
+        figures.append(("missing", "sum"))
+    summed = counts.group_by(by).aggregate(figures).sort_by([(c, "ascending") for c in by])
+    lists = _brought(counts, by) if brought else {}
     per_group: dict[tuple, tuple[list, list, dict]] = {}
-    keys = summed[column].to_pylist() if column else [""] * summed.num_rows
-    columns = ("series", "bin", "n_sum", "least_min", "most_max")
-    for key, series, bin_, n, least, most in zip(
-        keys, *(summed[c].to_pylist() for c in columns), strict=True
+    keys = summed[column].to_pylist() if column else [None] * summed.num_rows
+    names = ["series", "bin", "n_sum", "least_min", "most_max"]
+    missing = summed["missing_sum"].to_pylist() if brought else [None] * summed.num_rows
+    for key, series, bin_, n, least, most, none_missing in zip(
+        keys, *(summed[name].to_pylist() for name in names), missing, strict=True
     ):
-        text = key if key is None or column is None else str(key)
-        bins, counts, known = per_group.setdefault((grouping, text, series), ([], [], {}))
+        text = "" if column is None else None if key is None else str(key)
+        bins, counted, known = per_group.setdefault((grouping, text, series), ([], [], {}))
         bins.append(bin_)
-        counts.append(n)
+        counted.append(n)
         if n <= 2:
             known[bin_] = [least, most][:n]
+        elif none_missing == 0:  # every finest group's values came
+            place = (key, series, bin_) if column else (series, bin_)
+            known[bin_] = sorted(lists[place])
     return {group: Histogram(*parts) for group, parts in per_group.items()}
+
+
+def _brought(counts, by: list[str]) -> dict[tuple, list]:
+    """The values the first query brought, per group of `by` (the bins' lists joined)."""
+    have = counts.filter(pc.is_valid(counts["values"]))
+    parents = pc.list_parent_indices(have["values"])
+    flat = pa.table(
+        {c: pc.take(have[c], parents) for c in by} | {"value": pc.list_flatten(have["values"])}
+    )
+    grouped = flat.group_by(by).aggregate([("value", "list")])
+    places = zip(*(grouped[c].to_pylist() for c in by), strict=True)
+    return dict(zip(places, grouped["value_list"].to_pylist(), strict=True))
 
 
 def _ranks(count: int, fractions: dict[str, float]) -> dict[str, tuple[float, int, int]]:

@@ -41,6 +41,9 @@ from reports.spark import Dataset
 
 MAX_DISPATCHERS = 1000  # rows of the dispatchers section; a tree has far fewer
 PERCENTILES = {"p50": 0.5, "p95": 0.95}
+# Hops are few (a few per event and dispatcher): a bin of hop latencies holding up to
+# this many brings them in the percentiles' first query, sparing the second.
+VALUES_PER_BIN = 64
 # The traffic rollup's grouping ids: the grouping's name and the column grouped by
 # (hop latency is grouped the same way, by reports.jobs.percentiles).
 ROLLUP = {0: ("dispatcher", "dispatcher_id"), 1: ("level", "depth"), 3: ("overall", None)}
@@ -209,7 +212,9 @@ def _latencies(hops: DataFrame) -> dict[tuple[str, str], tuple[float, float]]:
     values = hops.select(
         "dispatcher_id", "depth", F.lit("hop").alias("series"), F.col("latency_us").alias("value")
     )
-    found = percentiles.percentiles(values, LATENCY_GROUPINGS, PERCENTILES)
+    found = percentiles.percentiles(
+        values, LATENCY_GROUPINGS, PERCENTILES, values_per_bin=VALUES_PER_BIN
+    )
     return {
         (row["grouping"], row["key"]): tuple(row[name] / 1000.0 for name in PERCENTILES)
         for row in found

@@ -3,6 +3,7 @@ spread, the ties, the signs and the group sizes."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from datetime import UTC, datetime
 
@@ -55,22 +56,52 @@ def test_binned_percentiles_equal_those_of_the_sorted_values_per_group_and_overa
             assert row[name] == percentile(group, fraction), (row["key"], name)
 
 
+JOB_GROUPS = itertools.count()
+
+
+def jobs_of(spark, compute) -> tuple[object, int]:
+    """What `compute()` returns, and how many Spark jobs it ran."""
+    context, group = spark.sparkContext, f"counted-{next(JOB_GROUPS)}"
+    context.setJobGroup(group, "test")
+    try:
+        found = compute()
+    finally:
+        context.setJobGroup("", "")
+    return found, len(context.statusTracker().getJobIdsForGroup(group))
+
+
 def test_groups_whose_wanted_bins_hold_two_values_at_most_take_one_query(spark):
     # Values far apart: each in a bin of its own, or two in one (5 and 5), so that the
     # first query's least and greatest of each bin are every value there.
     rows = [("sparse", "a", value) for value in (5, 5, 300, 9_000, 250_000, 7_000_000)]
     values = small_frame(spark, rows, "shape string, series string, value long")
-    context = spark.sparkContext
-    context.setJobGroup("sparse-percentiles", "test")
-    try:
-        found = percentiles(values, {"shape": "shape"}, FRACTIONS)
-    finally:
-        context.setJobGroup("", "")
+    found, jobs = jobs_of(spark, lambda: percentiles(values, {"shape": "shape"}, FRACTIONS))
     group = [value for _, _, value in rows]
     assert [found[0][name] for name in FRACTIONS] == [
         percentile(group, fraction) for fraction in FRACTIONS.values()
     ]
-    assert len(context.statusTracker().getJobIdsForGroup("sparse-percentiles")) == 1
+    assert jobs == 1
+
+
+def test_bins_holding_a_few_values_bring_them_in_the_first_query_when_asked(spark):
+    # Ties and near values: bins of up to 40 values, across two finest groups.
+    draw = random.Random(5)
+    rows = [(f"g{i % 2}", "a", draw.choice([1000, 1001, 1002, 5000])) for i in range(80)]
+    values = small_frame(spark, rows, "shape string, series string, value long")
+    groupings = {"shape": "shape", "all": None}
+
+    found, jobs = jobs_of(
+        spark, lambda: percentiles(values, groupings, FRACTIONS, values_per_bin=40)
+    )
+    again, more_jobs = jobs_of(spark, lambda: percentiles(values, groupings, FRACTIONS))
+
+    assert found == again
+    overall = next(row for row in found if row["grouping"] == "all")
+    group = [value for _, _, value in rows]
+    assert [overall[name] for name in FRACTIONS] == [
+        percentile(group, fraction) for fraction in FRACTIONS.values()
+    ]
+    assert (jobs, more_jobs) == (1, 2)
 
 
 def test_a_small_frame_holds_its_rows_and_types_in_the_plan_itself(spark):
