@@ -66,6 +66,7 @@ def percentiles(
     fractions: dict[str, float],
     *,
     values_per_bin: int = 2,
+    sums: tuple[str, ...] = (),
 ) -> list[dict]:
     """Percentiles of `value` per `series` (a column of `values`) and per group of each
     grouping: name -> the column whose values are its groups (as text), or None for
@@ -76,15 +77,44 @@ def percentiles(
 
     A bin holding at most `values_per_bin` values brings them in the first query (the
     least and greatest bring two): more than two is for values that are few (thousands,
-    as the tree's hops), since Spark gathers every bin's values to pick those."""
-    binned = values.where(F.col("value").isNotNull()).withColumn("bin", _bin("value"))
-    histograms, counts = _histograms(binned, groupings, values_per_bin)
+    as the tree's hops), since Spark gathers every bin's values to pick those.
+
+    `sums`: columns of `values` added up per group in the same first query, over every
+    row (a null value's too), and returned beside; every group with rows is then
+    returned, its percentiles None when it has no value."""
+    binned = values.withColumn("bin", _bin("value"))
+    if not sums:
+        binned = binned.where(F.col("value").isNotNull())
+    histograms, counts = _histograms(binned, groupings, values_per_bin, sums)
     wanted = {group: _ranks(h.total, fractions) for group, h in histograms.items()}
     found = _values_at(binned, groupings, histograms, wanted, counts)
+    totals = _summed(counts, groupings, sums) if sums else {}
     return [
-        _interpolated(group, histograms[group].total, wanted[group], found, fractions)
-        for group in sorted(histograms, key=_in_order)
+        {
+            **_interpolated(group, histograms, wanted, found, fractions),
+            **totals.get(group, {}),
+        }
+        for group in sorted(histograms.keys() | totals.keys(), key=_in_order)
     ]
+
+
+def _summed(counts, groupings: dict[str, str | None], sums: tuple[str, ...]) -> dict:
+    """(grouping, key, series) -> each of `sums` added up over the group's rows."""
+    totals = {}
+    for grouping, column in groupings.items():
+        by = [column, "series"] if column else ["series"]
+        added = counts.group_by(by).aggregate([(c, "sum") for c in sums])
+        keys = added[column].to_pylist() if column else [None] * added.num_rows
+        parts = [added[name].to_pylist() for name in ("series", *(f"{c}_sum" for c in sums))]
+        for key, series, *figures in zip(keys, *parts, strict=True):
+            group = (grouping, _key_text(key, column), series)
+            totals[group] = dict(zip(sums, figures, strict=True))
+    return totals
+
+
+def _key_text(key, column: str | None) -> str | None:
+    """A group's key as text, as Spark casts it ("" for a grouping of everything)."""
+    return "" if column is None else None if key is None else str(key)
 
 
 def _in_order(group: tuple) -> tuple:
@@ -122,7 +152,7 @@ def _text(value: str) -> str:
 
 
 def _histograms(
-    binned: DataFrame, groupings: dict[str, str | None], values_per_bin: int
+    binned: DataFrame, groupings: dict[str, str | None], values_per_bin: int, sums: tuple
 ) -> tuple[dict, object]:
     """The first query: per group, its counts per bin. Spark counts the values per
     finest group and bin (one shuffle), and those counts come to the driver as Arrow,
@@ -131,18 +161,20 @@ def _histograms(
     and the counts per finest group and bin (an Arrow table)."""
     finest = list(dict.fromkeys(column for column in groupings.values() if column))
     figures = [
-        F.count(F.lit(1)).alias("n"),
+        F.count("value").alias("n"),
         F.min("value").alias("least"),
         F.max("value").alias("most"),
+        *[F.sum(column).alias(column) for column in sums],
     ]
     if values_per_bin > 2:
-        few = F.count(F.lit(1)) <= values_per_bin
+        few = F.count("value") <= values_per_bin
         figures.append(F.when(few, F.collect_list("value")).alias("values"))
     counted = binned.groupBy(*finest, "series", "bin").agg(*figures)
     counts = counted.toArrow()
+    with_values = counts.filter(pc.is_valid(counts["bin"]))  # a null value has no bin
     histograms = {}
     for name, column in groupings.items():
-        histograms.update(_regrouped(counts, name, column))
+        histograms.update(_regrouped(with_values, name, column))
     return histograms, counts
 
 
@@ -164,7 +196,7 @@ def _regrouped(counts, grouping: str, column: str | None) -> dict[tuple, Histogr
     for key, series, bin_, n, least, most, none_missing in zip(
         keys, *(summed[name].to_pylist() for name in names), missing, strict=True
     ):
-        text = "" if column is None else None if key is None else str(key)
+        text = _key_text(key, column)
         bins, counted, known = per_group.setdefault((grouping, text, series), ([], [], {}))
         bins.append(bin_)
         counted.append(n)
@@ -301,12 +333,17 @@ def _flat(places: set[tuple]) -> list[tuple]:
 
 
 def _interpolated(
-    group: tuple, count: int, ranks: dict, found: dict, fractions: dict[str, float]
+    group: tuple, histograms: dict, wanted: dict, found: dict, fractions: dict[str, float]
 ) -> dict:
     grouping, key, series = group
-    row = {"grouping": grouping, "key": key, "series": series, "count": count}
+    histogram = histograms.get(group)
+    row = {"grouping": grouping, "key": key, "series": series, "count": 0}
+    row.update(dict.fromkeys(fractions))
+    if histogram is None:  # rows, but no value (see `sums`)
+        return row
+    row["count"] = histogram.total
     for name in fractions:
-        position, low, high = ranks[name]
+        position, low, high = wanted[group][name]
         low_value, high_value = found[(group, low)], found[(group, high)]
         row[name] = low_value + (position - math.floor(position)) * (high_value - low_value)
     return row

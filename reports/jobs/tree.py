@@ -44,10 +44,9 @@ PERCENTILES = {"p50": 0.5, "p95": 0.95}
 # Hops are few (a few per event and dispatcher): a bin of hop latencies holding up to
 # this many brings them in the percentiles' first query, sparing the second.
 VALUES_PER_BIN = 64
-# The traffic rollup's grouping ids: the grouping's name and the column grouped by
-# (hop latency is grouped the same way, by reports.jobs.percentiles).
-ROLLUP = {0: ("dispatcher", "dispatcher_id"), 1: ("level", "depth"), 3: ("overall", None)}
-LATENCY_GROUPINGS = dict(ROLLUP.values())
+# The groupings of the hops, by the column grouped by, and what is added up per group.
+GROUPINGS = {"dispatcher": "dispatcher_id", "level": "depth", "overall": None}
+TRAFFIC_SUMS = ("routed", "entered", "wasted", "delivered", "forwards")
 
 TRAFFIC_FIELDS = (
     Field("routed", "Events routed", "int"),
@@ -97,20 +96,15 @@ SUMMARY_SUMS = ("filters", "constraints", "exact_filters", "summary_bytes")
 
 def run(data: Dataset, params: Params) -> Result:
     """The tree's efficiency over the window (see the module's docstring)."""
-    hops = _window_hops(data, params)
-    traffic = _traffic(hops)
-    latencies = _latencies(hops)
-    for row in traffic:
-        grouping, column = ROLLUP[row["grouping"]]
-        key = str(row[column]) if column else ""
-        row["latency"] = latencies.get((grouping, key), (None, None))
-    by_dispatcher = {row["dispatcher_id"]: row for row in traffic if row["grouping"] == 0}
-    by_level = {row["depth"]: row for row in traffic if row["grouping"] == 1}
-    total = next((row for row in traffic if row["grouping"] == 3), {})
+    figures = _figures(_window_hops(data, params))
+    by_dispatcher = {
+        int(key): row for (grouping, key), row in figures.items() if grouping == "dispatcher"
+    }
+    by_level = {int(key): row for (grouping, key), row in figures.items() if grouping == "level"}
     dispatchers = _dispatcher_rows(data, by_dispatcher)
     levels = _level_rows(dispatchers, by_level)
     return Result(
-        summary=_summary(dispatchers, total),
+        summary=_summary(dispatchers, figures.get(("overall", ""), {})),
         sections={"dispatchers": dispatchers, "levels": levels},
     )
 
@@ -194,30 +188,27 @@ def _with_previous(hops: DataFrame) -> DataFrame:
     )
 
 
-def _traffic(hops: DataFrame) -> list[dict]:
-    """Traffic per dispatcher (grouping 0), per level (1) and overall (3), in one pass:
-    a dispatcher has one depth, so the rollup's groups are exactly these."""
-    aggregated = hops.rollup("depth", "dispatcher_id").agg(
-        F.grouping_id().alias("grouping"),
-        F.count(F.lit(1)).alias("routed"),
-        *[F.sum(c).cast("long").alias(c) for c in ("entered", "wasted", "delivered")],
-        F.sum("forwarded").cast("long").alias("forwards"),
-        F.count("latency_us").alias("latency_hops"),
-    )
-    return [row.asDict() for row in aggregated.collect()]
-
-
-def _latencies(hops: DataFrame) -> dict[tuple[str, str], tuple[float, float]]:
-    """(grouping, group's key as text) -> hop latency's p50 and p95 in ms."""
+def _figures(hops: DataFrame) -> dict[tuple[str, str], dict]:
+    """(grouping, group's key as text) -> the traffic of each dispatcher, level and
+    the whole tree, and its hop latency's p50 and p95 in ms, in one query: the traffic
+    added up beside the latencies' counts per bin (reports.jobs.percentiles)."""
     values = hops.select(
-        "dispatcher_id", "depth", F.lit("hop").alias("series"), F.col("latency_us").alias("value")
-    )
+        "dispatcher_id", "depth", F.lit("hop").alias("series"), F.col("latency_us").alias("value"),
+        F.lit(1).alias("routed"), "entered", "wasted", "delivered",
+        F.col("forwarded").alias("forwards"),
+    )  # fmt: skip
     found = percentiles.percentiles(
-        values, LATENCY_GROUPINGS, PERCENTILES, values_per_bin=VALUES_PER_BIN
+        values, GROUPINGS, PERCENTILES, values_per_bin=VALUES_PER_BIN, sums=TRAFFIC_SUMS
     )
+    return {(row["grouping"], row["key"]): _traffic(row) for row in found}
+
+
+def _traffic(row: dict) -> dict:
+    latency = tuple(None if row[name] is None else row[name] / 1000.0 for name in PERCENTILES)
     return {
-        (row["grouping"], row["key"]): tuple(row[name] / 1000.0 for name in PERCENTILES)
-        for row in found
+        **{name: row[name] for name in TRAFFIC_SUMS},
+        "latency_hops": row["count"],
+        "latency": latency,
     }
 
 

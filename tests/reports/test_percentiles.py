@@ -8,6 +8,7 @@ import random
 from datetime import UTC, datetime
 
 import pytest
+from pyspark.sql import functions as F
 
 from reports.jobs import percentiles as percentiles_module
 from reports.jobs.percentiles import percentiles
@@ -102,6 +103,24 @@ def test_bins_holding_a_few_values_bring_them_in_the_first_query_when_asked(spar
         percentile(group, fraction) for fraction in FRACTIONS.values()
     ]
     assert (jobs, more_jobs) == (1, 2)
+
+
+def test_sums_are_added_up_per_group_over_every_row_in_the_same_query(spark):
+    rows = [("a", 10, 1), ("a", None, 2), ("b", None, 4), ("a", 30, 8)]
+    values = small_frame(spark, rows, "shape string, value long, weight long").withColumn(
+        "series", F.lit("s")
+    )
+    found, jobs = jobs_of(
+        spark,
+        lambda: percentiles(values, {"shape": "shape", "all": None}, FRACTIONS, sums=("weight",)),
+    )
+    by_group = {(row["grouping"], row["key"]): row for row in found}
+    assert {group: row["weight"] for group, row in by_group.items()} == {
+        ("shape", "a"): 11, ("shape", "b"): 4, ("all", ""): 15,
+    }  # fmt: skip
+    assert by_group[("shape", "b")]["count"] == 0 and by_group[("shape", "b")]["p50"] is None
+    assert by_group[("all", "")]["count"] == 2 and by_group[("all", "")]["p50"] == 20
+    assert jobs == 1
 
 
 def test_a_small_frame_holds_its_rows_and_types_in_the_plan_itself(spark):
