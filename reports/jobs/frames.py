@@ -76,7 +76,7 @@ def window_events(data: Dataset, params: Params) -> DataFrame:
 def receivers(data: Dataset, params: Params) -> DataFrame:
     """Clients as receivers (receiver_id, receiver, region; a client without a region
     is in NO_REGION), only the region's when the run is for one."""
-    return _in_region(every_receiver(data), params)
+    return in_region(every_receiver(data), params)
 
 
 def every_receiver(data: Dataset) -> DataFrame:
@@ -100,7 +100,7 @@ def window_deliveries(data: Dataset, params: Params) -> DataFrame:
     event's publishing time: no join with the events) to the run's receivers, with the
     receiver's name, region and leaf dispatcher."""
     deliveries = deliveries_to_receivers(data)
-    return _in_region(deliveries.where(in_window("published_at", params)), params)
+    return in_region(deliveries.where(in_window("published_at", params)), params)
 
 
 def deliveries_to_receivers(data: Dataset) -> DataFrame:
@@ -111,16 +111,18 @@ def deliveries_to_receivers(data: Dataset) -> DataFrame:
         "deliveries to receivers",
         "deliveries",
         ("clients",),
-        lambda rows: _to_receivers(data, rows),
+        lambda rows: with_receivers(data, rows),
     )
 
 
-def _in_region(frame: DataFrame, params: Params) -> DataFrame:
+def in_region(frame: DataFrame, params: Params) -> DataFrame:
     """The rows of `frame` of the run's region (its `region` column), or all of them."""
     return frame.where(F.col("region") == params.region) if params.region else frame
 
 
-def _to_receivers(data: Dataset, deliveries: DataFrame) -> DataFrame:
+def with_receivers(data: Dataset, deliveries: DataFrame) -> DataFrame:
+    """`deliveries` (rows of the table) to clients, with the receiver's name, region
+    and leaf."""
     deliveries = deliveries.select("id", *DELIVERY_COLUMNS_READ)
     return deliveries.join(F.broadcast(every_receiver(data)), "receiver_id")
 

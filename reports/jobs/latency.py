@@ -64,39 +64,56 @@ def run(data: Dataset, params: Params) -> Result:
 
 def keep(data: Dataset) -> None:
     """Keep what this report reads beyond the tables (a warm session's start-up)."""
-    frames.deliveries_to_receivers(data)
+    deliveries_with_hops(data)
 
 
 def _with_hops(data: Dataset, params: Params) -> DataFrame:
-    """The window's deliveries with their delays (µs) and their hop count (0 when the
-    sender or the receiver is on no leaf)."""
-    senders = _sender_leaves(data, params)
+    """The window's deliveries (to the region's receivers) with their delays (µs) and
+    their hop count."""
+    deliveries = deliveries_with_hops(data).where(frames.in_window("published_at", params))
+    return frames.in_region(deliveries, params).select("hops", "region", "delivery", "ack")
+
+
+def deliveries_with_hops(data: Dataset) -> DataFrame:
+    """Every delivery to a client with its publishing time, its receiver's region, its
+    hop count and its delays: worked out once and kept by a warm session (an export's
+    new deliveries alone), so that a run neither joins nor works out paths."""
+    return data.derived_rows(
+        "deliveries with their hops",
+        "deliveries",
+        ("clients", "dispatchers"),
+        lambda deliveries: _hops_of(data, deliveries),
+    )
+
+
+def _hops_of(data: Dataset, deliveries: DataFrame) -> DataFrame:
+    """`deliveries` with their delays (µs) and their hop count (0 when the sender or
+    the receiver is on no leaf)."""
+    received = frames.with_receivers(data, deliveries)
+    senders = _sender_leaves(data, received)
     pairs = _hops_between_leaves(data, set(senders.values()))
-    # Both a few rows, worked out once: each query over the deliveries takes them as
-    # they are, and a delivery finds its hop count by two joins on numbers.
+    # Both a few rows: a delivery finds its hop count by two joins on numbers.
     senders_frame = small_frame(
         data.spark, list(senders.items()), "sender_id long, sender_dispatcher long"
     )
     pairs_frame = small_frame(
         data.spark, pairs, "sender_dispatcher long, receiver_dispatcher long, hops int"
     )
-    deliveries = frames.window_deliveries(data, params).join(
-        F.broadcast(senders_frame), "sender_id", "left"
-    )
-    return deliveries.join(
-        F.broadcast(pairs_frame), ["sender_dispatcher", "receiver_dispatcher"], "left"
-    ).select(
-        F.coalesce(F.col("hops"), F.lit(0)).alias("hops"),
-        "region",
-        frames.micros_between("published_at", "delivered_at").alias("delivery"),
-        frames.micros_between("published_at", "acked_at").alias("ack"),
-    )
+    return (
+        received.join(F.broadcast(senders_frame), "sender_id", "left")
+        .join(F.broadcast(pairs_frame), ["sender_dispatcher", "receiver_dispatcher"], "left")
+        .select(
+            "id", "published_at", "region",
+            F.coalesce(F.col("hops"), F.lit(0)).alias("hops"),
+            frames.micros_between("published_at", "delivered_at").alias("delivery"),
+            frames.micros_between("published_at", "acked_at").alias("ack"),
+        )
+    )  # fmt: skip
 
 
-def _sender_leaves(data: Dataset, params: Params) -> dict[int, int]:
-    """{sender: its leaf} for the senders of the window's events that are on one (a
-    delivery's sender is its event's)."""
-    senders = frames.window_events(data, params).select("sender_id").distinct()
+def _sender_leaves(data: Dataset, deliveries: DataFrame) -> dict[int, int]:
+    """{sender: its leaf} for the senders of `deliveries` that are on one."""
+    senders = deliveries.select("sender_id").distinct()
     placed = (
         data.table("clients")
         .where(F.col("dispatcher_id").isNotNull())
