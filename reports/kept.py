@@ -91,11 +91,10 @@ def kept_derived_rows(
         kept = _kept.get(name)
         if kept is not None and kept.version == (own, others):
             return kept.frame
-        as_table = kept and Kept(kept.version[0], kept.frame)
-        if kept is not None and kept.version[1] == others and _only_added(table, as_table, own):
+        as_table = Kept(kept.version[0], kept.frame) if kept is not None else None
+        if as_table and kept.version[1] == others and _only_added(table, as_table, own):
             newer = _newer_rows(data, table, as_table, own)
-            unchanged = kept.frame.join(newer.select("id"), "id", "left_anti")
-            return _keep(name, (own, others), unchanged.unionByName(build(newer)))
+            return _keep(name, (own, others), _replaced(kept.frame, newer, build(newer)))
         return _keep(name, (own, others), build(data.table(table)))
 
 
@@ -161,8 +160,13 @@ def _only_added(name: str, kept: Kept | None, version: tuple) -> bool:
 def _updated(data, name: str, kept: Kept, version: tuple) -> DataFrame:
     """The kept rows, less those the new batches hold newer versions of, and theirs."""
     newer = _newer_rows(data, name, kept, version)
-    unchanged = kept.frame.join(newer.select("id"), "id", "left_anti")
-    return unchanged.unionByName(newer)
+    return _replaced(kept.frame, newer, newer)
+
+
+def _replaced(kept: DataFrame, newer: DataFrame, fresh: DataFrame) -> DataFrame:
+    """The `kept` rows whose ids `newer` (new rows of a table) does not hold, and
+    `fresh` (those rows, or what was built from them)."""
+    return kept.join(newer.select("id"), "id", "left_anti").unionByName(fresh)
 
 
 def _newer_rows(data, name: str, kept: Kept, version: tuple) -> DataFrame:

@@ -128,25 +128,25 @@ class Dataset:
     def derived(self, name: str, sources: tuple[str, ...], build: Callable):
         """The frame `build()` computes from the tables `sources`, once per Dataset;
         with `keep`, kept in memory between Datasets until one of those tables changes."""
-        if name in TABLES:
-            raise ValueError(f"a derived frame cannot be named as the table {name!r} is")
-        if name not in self._frames:
-            self._frames[name] = kept_derived(self, name, sources, build) if self.keep else build()
-        return self._frames[name]
+        if self.keep:
+            return self._once(name, lambda: kept_derived(self, name, sources, build))
+        return self._once(name, build)
 
     def derived_rows(self, name: str, table: str, looked_up: tuple[str, ...], build: Callable):
         """The frame `build(rows)` computes row by row from rows of `table` (each row
         gives at most one, with its `id`), looking up the tables `looked_up`, once per
         Dataset; with `keep`, kept in memory and brought up to date from new batches
         only (reports.kept.kept_derived_rows)."""
+        if self.keep:
+            return self._once(name, lambda: kept_derived_rows(self, name, table, looked_up, build))
+        return self._once(name, lambda: build(self.table(table)))
+
+    def _once(self, name: str, compute: Callable):
+        """A derived frame `name`, computed by `compute()` once per Dataset."""
         if name in TABLES:
             raise ValueError(f"a derived frame cannot be named as the table {name!r} is")
         if name not in self._frames:
-            self._frames[name] = (
-                kept_derived_rows(self, name, table, looked_up, build)
-                if self.keep
-                else build(self.table(table))
-            )
+            self._frames[name] = compute()
         return self._frames[name]
 
     def read(self, name: str, *, only: list[Path] | None = None):

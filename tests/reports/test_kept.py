@@ -36,6 +36,11 @@ def entry(action: str) -> AuditEntry:
     )
 
 
+def a_client() -> Client:
+    model = ClientModel.objects.create(name="web-server")
+    return Client.objects.create(name="web-00001", model=model, secret_hash="x")
+
+
 def rows(frame) -> list[tuple]:
     return sorted((row.id, row.reason, row.txid) for row in frame.collect())
 
@@ -117,8 +122,7 @@ def test_another_dataset_folder_lets_the_first_go(spark, settings, tmp_path):
 
 def test_a_snapshot_table_exported_again_is_read_again(spark, settings, tmp_path):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
-    model = ClientModel.objects.create(name="web-server")
-    client = Client.objects.create(name="web-00001", model=model, secret_hash="x")
+    client = a_client()
     export_changes()
     first = Dataset(spark, root, keep=True).table("clients")
     assert [row.is_active for row in first.collect()] == [True]
@@ -132,8 +136,7 @@ def test_a_snapshot_table_exported_again_is_read_again(spark, settings, tmp_path
 
 def test_a_frame_derived_row_by_row_reads_only_an_export_s_new_rows(spark, settings, tmp_path):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
-    model = ClientModel.objects.create(name="web-server")
-    client = Client.objects.create(name="web-00001", model=model, secret_hash="x")
+    client = a_client()
     entry("test.first")
     export_changes()
     built_from = []
@@ -161,8 +164,7 @@ def test_a_frame_derived_row_by_row_reads_only_an_export_s_new_rows(spark, setti
 
 def test_a_small_table_s_rows_are_collected_again_only_when_it_changes(spark, settings, tmp_path):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
-    model = ClientModel.objects.create(name="web-server")
-    client = Client.objects.create(name="web-00001", model=model, secret_hash="x")
+    client = a_client()
     export_changes()
     first = Dataset(spark, root, keep=True).rows("clients")
     assert Dataset(spark, root, keep=True).rows("clients") is first
@@ -176,8 +178,7 @@ def test_a_small_table_s_rows_are_collected_again_only_when_it_changes(spark, se
 
 def test_a_derived_frame_is_kept_until_one_of_its_tables_changes(spark, settings, tmp_path):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
-    model = ClientModel.objects.create(name="web-server")
-    client = Client.objects.create(name="web-00001", model=model, secret_hash="x")
+    client = a_client()
     entry("test.first")
     export_changes()
     builds = []
