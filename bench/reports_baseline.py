@@ -238,8 +238,8 @@ def _receivers(db: Duck, params: Params) -> str:
 
 def _window_deliveries(db: Duck, params: Params) -> str:
     """The deliveries of the window's events (by the publishing time each carries) to
-    the run's receivers, with the receiver's name, region and leaf
-    (frames.window_deliveries)."""
+    the run's receivers, with the receiver's name, region and leaf (what
+    frames.deliveries_to_receivers holds, in the window and region)."""
     return (
         f"SELECT d.*, r.receiver, r.region, r.receiver_dispatcher "
         f"FROM {db.table('deliveries')} d "

@@ -95,14 +95,6 @@ DELIVERY_COLUMNS_READ = (
 )  # fmt: skip
 
 
-def window_deliveries(data: Dataset, params: Params) -> DataFrame:
-    """The deliveries of the events published in the window (each delivery carries its
-    event's publishing time: no join with the events) to the run's receivers, with the
-    receiver's name, region and leaf dispatcher."""
-    deliveries = deliveries_to_receivers(data)
-    return in_region(deliveries.where(in_window("published_at", params)), params)
-
-
 def deliveries_to_receivers(data: Dataset) -> DataFrame:
     """Every delivery to a client, with the receiver's name, region and leaf: joined
     once and kept by a warm session, not at each query (a broadcast costs a Spark job);

@@ -63,30 +63,63 @@ SECTIONS = {
 
 def run(data: Dataset, params: Params) -> Result:
     """The reach report over the events published in the window."""
+    tallies = tallies_kept(data).where(frames.in_window("published_at", params))
+    by_region = tallies.where(F.col("region").isNotNull())
+    if params.region:
+        by_region = totals = by_region.where(F.col("region") == params.region)
+    else:
+        totals = tallies.where(F.col("region").isNull())
     events = frames.window_events(data, params)
-    deliveries = frames.window_deliveries(data, params)
-    by_region = _tallies_by_region(deliveries).cache()
-    try:
-        by_event = _tallies_by_event(by_region, events, regional=bool(params.region))
-        commands = frames.rows(by_event, SECTIONS["commands"].field_names, limit=MAX_ROWS)
-        summary = _summary(by_event, commands, params)
-        sections = {
-            "commands": commands,
-            "regions": frames.rows(
-                _ordered_regions(by_region),
-                SECTIONS["regions"].field_names,
-                limit=MAX_ROWS,
-            ),
-        }
-    finally:
-        by_region.unpersist()
-    sections["never_answered"] = _never_answered(deliveries)
-    return Result(summary=summary, sections=sections)
+    by_event = _described(totals, events, regional=bool(params.region))
+    commands = frames.rows(by_event, SECTIONS["commands"].field_names, limit=MAX_ROWS)
+    sections = {
+        "commands": commands,
+        "regions": frames.rows(
+            _ordered_regions(by_region), SECTIONS["regions"].field_names, limit=MAX_ROWS
+        ),
+        "never_answered": _never_answered(data, params),
+    }
+    return Result(summary=_summary(by_event, commands, params), sections=sections)
 
 
 def keep(data: Dataset) -> None:
     """Keep what this report reads beyond the tables (a warm session's start-up)."""
-    frames.deliveries_to_receivers(data)
+    tallies_kept(data)
+    never_answered_kept(data)
+
+
+def tallies_kept(data: Dataset) -> DataFrame:
+    """Per event and region of its receivers, and per event (`region` null): the
+    counts and the times to 50/90/99 % acknowledged ok. Worked out once and kept by a
+    warm session: a window takes whole events (a delivery carries its event's
+    publishing time) and a region whole rows, so a run filters a row per event and
+    region, and neither groups nor sorts a delivery."""
+
+    def build() -> DataFrame:
+        by_region = _tallies_by_region(frames.deliveries_to_receivers(data))
+        by_event = by_region.groupBy("event_id", "published_at").agg(
+            *(F.sum(name).alias(name) for name in COUNT_NAMES),
+            F.flatten(F.collect_list("delays")).alias("delays"),
+        )
+        whole = by_event.withColumn("region", F.lit(None).cast("string"))
+        return _with_times(by_region.unionByName(whole)).drop("delays")
+
+    return data.derived("reach per event and region", ("deliveries", "clients"), build)
+
+
+def never_answered_kept(data: Dataset) -> DataFrame:
+    """Every delivery to a client that was never answered (see `_never_answered`),
+    with its receiver: kept by a warm session and brought up to date row by row (an
+    answer exported later takes its delivery out), so that a run orders these, not
+    every delivery."""
+
+    def build(deliveries: DataFrame) -> DataFrame:
+        found = frames.with_receivers(data, deliveries)
+        return found.where(frames.is_state(*frames.NEVER_ANSWERED_STATES)).select(
+            "id", "event_id", "published_at", "receiver", "region", "state", "delivered_at"
+        )
+
+    return data.derived_rows("deliveries never answered", "deliveries", ("clients",), build)
 
 
 def _tallies_by_region(deliveries: DataFrame) -> DataFrame:
@@ -100,19 +133,16 @@ def _tallies_by_region(deliveries: DataFrame) -> DataFrame:
     )
 
 
-def _tallies_by_event(by_region: DataFrame, events: DataFrame, *, regional: bool) -> DataFrame:
-    """Every event of the window with its counts (0 for none), its times to 50/90/99 %;
-    for one region, only the events that reached it."""
-    totals = by_region.groupBy("event_id").agg(
-        *(F.sum(name).alias(name) for name in COUNT_NAMES),
-        F.flatten(F.collect_list("delays")).alias("delays"),
-    )
+def _described(totals: DataFrame, events: DataFrame, *, regional: bool) -> DataFrame:
+    """Every event of the window with its `totals` (0 and no times for none); for one
+    region, only the events that reached it."""
     described = events.select(
         F.col("id").alias("event_id"), "published_at", "sender", "kind", "action", "selector"
     )
-    joined = described.join(totals, "event_id", "inner" if regional else "left")
-    joined = joined.fillna(0, subset=list(COUNT_NAMES))
-    return _with_times(joined).select(
+    joined = described.join(
+        totals.drop("published_at"), "event_id", "inner" if regional else "left"
+    )
+    return joined.fillna(0, subset=list(COUNT_NAMES)).select(
         F.col("event_id").alias("event"),
         frames.iso("published_at").alias("published_at"),
         "sender", "kind", "action", "selector", *COUNT_NAMES, *_time_names(),
@@ -120,10 +150,8 @@ def _tallies_by_event(by_region: DataFrame, events: DataFrame, *, regional: bool
 
 
 def _ordered_regions(by_region: DataFrame) -> DataFrame:
-    return (
-        _with_times(by_region)
-        .orderBy("published_at", "event_id", "region")
-        .select(F.col("event_id").alias("event"), "region", *COUNT_NAMES, *_time_names())
+    return by_region.orderBy("published_at", "event_id", "region").select(
+        F.col("event_id").alias("event"), "region", *COUNT_NAMES, *_time_names()
     )
 
 
@@ -148,15 +176,20 @@ def _time_names() -> list[str]:
     return [f"t{percent}_s" for percent in PERCENTS]
 
 
-def _never_answered(deliveries: DataFrame) -> list[dict]:
-    """The first MAX_ROWS receivers that never answered, by event then name."""
-    unanswered = deliveries.where(frames.is_state(*frames.NEVER_ANSWERED_STATES))
-    ordered = unanswered.orderBy("published_at", "event_id", "receiver").select(
-        F.col("event_id").alias("event"),
-        "receiver",
-        "region",
-        "state",
-        frames.iso("delivered_at").alias("delivered_at"),
+def _never_answered(data: Dataset, params: Params) -> list[dict]:
+    """The first MAX_ROWS receivers of the window's deliveries (the region's) that
+    never answered, by event then name."""
+    unanswered = never_answered_kept(data).where(frames.in_window("published_at", params))
+    ordered = (
+        frames.in_region(unanswered, params)
+        .orderBy("published_at", "event_id", "receiver")
+        .select(
+            F.col("event_id").alias("event"),
+            "receiver",
+            "region",
+            "state",
+            frames.iso("delivered_at").alias("delivered_at"),
+        )
     )
     return frames.rows(ordered, SECTIONS["never_answered"].field_names, limit=MAX_ROWS)
 
