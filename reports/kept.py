@@ -14,7 +14,9 @@ A frame derived from tables (kept_derived: the deliveries with their receivers, 
 three reports join alike at every query) is kept the same way, and computed again
 whenever one of its tables changed. A frame derived row by row from one table
 (kept_derived_rows: each delivery with its receiver, each audit entry with what its
-details say) is brought up to date as a table is: from the new batches only.
+details say) is brought up to date as a table is: from the new batches only. A frame
+derived per key of one table (kept_derived_by_key: the reach's tallies per event) is
+built again for the keys the new batches hold only.
 
 Kept frames are kept MEMORY_AND_DISK, so that a dataset larger than the driver's memory
 spills rather than fails. One dataset folder is kept at a time.
@@ -84,6 +86,36 @@ def kept_derived_rows(
     exports only added batches to `table` and the looked-up tables are unchanged, only
     the new batches' rows are built, and the kept rows they hold newer versions of are
     left out; anything else builds it from the whole table again."""
+
+    def added(kept: DataFrame, newer: DataFrame) -> DataFrame:
+        return _replaced(kept, newer, build(newer))
+
+    return _kept_from_batches(data, name, table, looked_up, added, lambda: build(data.table(table)))
+
+
+def kept_derived_by_key(
+    data, name: str, table: str, key: str, looked_up: tuple[str, ...], build: Callable
+) -> DataFrame:
+    """The frame `build(keys)` computes per value of the column `key` of the table
+    `table` (each of its rows has the `key` of the rows it came from: the tallies of an
+    event from its deliveries), for the keys of the frame `keys`, or for every key when
+    `keys` is None; looking up the tables `looked_up`. Kept in memory (under `name`)
+    as kept_derived_rows keeps a frame, except that after exports that only added
+    batches, the keys those batches hold are built again (from all their rows), in
+    place of their kept rows."""
+
+    def added(kept: DataFrame, newer: DataFrame) -> DataFrame:
+        return _replaced(kept, newer, build(newer.select(key)), key=key)
+
+    return _kept_from_batches(data, name, table, looked_up, added, lambda: build(None))
+
+
+def _kept_from_batches(
+    data, name: str, table: str, looked_up: tuple[str, ...], added: Callable, whole: Callable
+) -> DataFrame:
+    """The frame kept as `name`, derived from the table `table` and the tables
+    `looked_up`: as kept when none changed; `added(kept frame, new rows)` when exports
+    only added batches to `table`; else `whole()`."""
     with _lock:
         _forget_other_roots(data.root)
         own = folder_version(data.root / table)
@@ -94,8 +126,8 @@ def kept_derived_rows(
         as_table = Kept(kept.version[0], kept.frame) if kept is not None else None
         if as_table and kept.version[1] == others and _only_added(table, as_table, own):
             newer = _newer_rows(data, table, as_table, own)
-            return _keep(name, (own, others), _replaced(kept.frame, newer, build(newer)))
-        return _keep(name, (own, others), build(data.table(table)))
+            return _keep(name, (own, others), added(kept.frame, newer))
+        return _keep(name, (own, others), whole())
 
 
 def kept_rows(data, name: str) -> list:
@@ -163,10 +195,10 @@ def _updated(data, name: str, kept: Kept, version: tuple) -> DataFrame:
     return _replaced(kept.frame, newer, newer)
 
 
-def _replaced(kept: DataFrame, newer: DataFrame, fresh: DataFrame) -> DataFrame:
-    """The `kept` rows whose ids `newer` (new rows of a table) does not hold, and
-    `fresh` (those rows, or what was built from them)."""
-    return kept.join(newer.select("id"), "id", "left_anti").unionByName(fresh)
+def _replaced(kept: DataFrame, newer: DataFrame, fresh: DataFrame, key: str = "id") -> DataFrame:
+    """The `kept` rows whose `key` (their id) `newer` (new rows of a table) does not
+    hold, and `fresh` (those rows, or what was built from them)."""
+    return kept.join(newer.select(key), key, "left_anti").unionByName(fresh)
 
 
 def _newer_rows(data, name: str, kept: Kept, version: tuple) -> DataFrame:

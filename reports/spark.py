@@ -17,7 +17,13 @@ from pathlib import Path
 from django.conf import settings
 
 from reports.dataset import TABLES, batches
-from reports.kept import kept_derived, kept_derived_rows, kept_rows, kept_table
+from reports.kept import (
+    kept_derived,
+    kept_derived_by_key,
+    kept_derived_rows,
+    kept_rows,
+    kept_table,
+)
 
 # Classes of generated code kept: every report's, with room for several windows.
 CODEGEN_CACHE_ENTRIES = 1000
@@ -140,6 +146,19 @@ class Dataset:
         if self.keep:
             return self._once(name, lambda: kept_derived_rows(self, name, table, looked_up, build))
         return self._once(name, lambda: build(self.table(table)))
+
+    def derived_by_key(
+        self, name: str, table: str, key: str, looked_up: tuple[str, ...], build: Callable
+    ):
+        """The frame `build(keys)` computes per value of the column `key` of `table`
+        (for the keys of the frame `keys`, every key when None), looking up the tables
+        `looked_up`, once per Dataset; with `keep`, kept in memory and built again for
+        the keys an export's new batches hold only (reports.kept.kept_derived_by_key)."""
+        if self.keep:
+            return self._once(
+                name, lambda: kept_derived_by_key(self, name, table, key, looked_up, build)
+            )
+        return self._once(name, lambda: build(None))
 
     def _once(self, name: str, compute: Callable):
         """A derived frame `name`, computed by `compute()` once per Dataset."""

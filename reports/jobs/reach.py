@@ -91,12 +91,16 @@ def keep(data: Dataset) -> None:
 def tallies_kept(data: Dataset) -> DataFrame:
     """Per event and region of its receivers, and per event (`region` null): the
     counts and the times to 50/90/99 % acknowledged ok. Worked out once and kept by a
-    warm session: a window takes whole events (a delivery carries its event's
-    publishing time) and a region whole rows, so a run filters a row per event and
-    region, and neither groups nor sorts a delivery."""
+    warm session (an export's new deliveries: their events' rows again): a window
+    takes whole events (a delivery carries its event's publishing time) and a region
+    whole rows, so a run filters a row per event and region, and neither groups nor
+    sorts a delivery."""
 
-    def build() -> DataFrame:
-        by_region = _tallies_by_region(frames.deliveries_to_receivers(data))
+    def build(events: DataFrame | None) -> DataFrame:
+        deliveries = frames.deliveries_to_receivers(data)
+        if events is not None:  # only these events' (an export's new deliveries')
+            deliveries = deliveries.join(F.broadcast(events), "event_id", "left_semi")
+        by_region = _tallies_by_region(deliveries)
         by_event = by_region.groupBy("event_id", "published_at").agg(
             *(F.sum(name).alias(name) for name in COUNT_NAMES),
             F.flatten(F.collect_list("delays")).alias("delays"),
@@ -104,7 +108,8 @@ def tallies_kept(data: Dataset) -> DataFrame:
         whole = by_event.withColumn("region", F.lit(None).cast("string"))
         return _with_times(by_region.unionByName(whole)).drop("delays")
 
-    return data.derived("reach per event and region", ("deliveries", "clients"), build)
+    name = "reach per event and region"
+    return data.derived_by_key(name, "deliveries", "event_id", ("clients",), build)
 
 
 def never_answered_kept(data: Dataset) -> DataFrame:

@@ -30,9 +30,9 @@ def nothing_kept():
     kept.forget()
 
 
-def entry(action: str) -> AuditEntry:
+def entry(action: str, *, actor: str = "user:olivia") -> AuditEntry:
     return AuditEntry.objects.create(
-        at=timezone.now(), actor="user:olivia", action=action, target="t", outcome="done"
+        at=timezone.now(), actor=actor, action=action, target="t", outcome="done"
     )
 
 
@@ -160,6 +160,45 @@ def test_a_frame_derived_row_by_row_reads_only_an_export_s_new_rows(spark, setti
     export_changes()
     assert sorted(row.action for row in derived().collect()) == ["TEST.FIRST", "TEST.SECOND"]
     assert len(built_from) == 3 and built_from[-1].count() == 2  # the whole table again
+
+
+def test_a_frame_derived_per_key_is_built_again_only_for_an_export_s_keys(
+    spark, settings, tmp_path
+):
+    settings.REPORTS_DATASET = root = tmp_path / "dataset"
+    client = a_client()
+    entry("test.first", actor="user:olivia")
+    entry("test.second", actor="user:olivia")
+    export_changes()
+    built_for = []
+
+    def entries_per_actor(actors):
+        built_for.append(None if actors is None else sorted(r.actor for r in actors.collect()))
+        audit = Dataset(spark, root, keep=True).table("audit")
+        if actors is not None:
+            audit = audit.join(actors, "actor", "left_semi")
+        return audit.groupBy("actor").agg(F.count(F.lit(1)).alias("entries"))
+
+    def derived():
+        data = Dataset(spark, root, keep=True)
+        return data.derived_by_key("per actor", "audit", "actor", ("clients",), entries_per_actor)
+
+    def counted():
+        return sorted((row.actor, row.entries) for row in derived().collect())
+
+    assert counted() == [("user:olivia", 2)] and built_for == [None]
+    entry("test.third", actor="user:sam")
+    export_changes()
+    assert counted() == [("user:olivia", 2), ("user:sam", 1)]
+    assert built_for[-1] == ["user:sam"]  # the new batch's key alone
+    entry("test.fourth", actor="user:olivia")
+    export_changes()
+    assert counted() == [("user:olivia", 3), ("user:sam", 1)]  # all of its rows again
+    assert built_for[-1] == ["user:olivia"]
+    Client.objects.filter(pk=client.pk).update(is_active=False)  # a looked-up table
+    export_changes()
+    assert counted() == [("user:olivia", 3), ("user:sam", 1)]
+    assert built_for[-1] is None  # every key again
 
 
 def test_a_small_table_s_rows_are_collected_again_only_when_it_changes(spark, settings, tmp_path):
