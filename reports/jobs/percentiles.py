@@ -27,6 +27,8 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from reports.jobs.frames import sql_text
+
 BINS_PER_DOUBLING = 128
 # Up to this many values in the bins holding the ranks wanted come to the driver, to be
 # sorted there (tens of MB at most); more are sorted by Spark, and only the values at
@@ -137,18 +139,12 @@ def _in_groups(frame: DataFrame, groupings: dict[str, str | None], *columns: str
     """Each row of `frame` once per grouping, with its group there: grouping, key,
     series and `columns`. (Written as SQL text: one call to Spark, not dozens.)"""
     groups = ", ".join(
-        f"named_struct('grouping', {_text(name)}, 'key', {_key(column)})"
+        f"named_struct('grouping', {sql_text(name)}, 'key', {_key(column)})"
         for name, column in groupings.items()
     )
     return frame.selectExpr("series", *columns, f"explode(array({groups})) AS g").select(
         "g.grouping", "g.key", "series", *columns
     )
-
-
-def _text(value: str) -> str:
-    """`value` as a SQL string literal: every character as a unicode escape, so that
-    neither quotes nor control characters (the places' separators) need care."""
-    return "'" + "".join(f"\\u{ord(c):04x}" for c in value) + "'"
 
 
 def _histograms(
@@ -320,8 +316,8 @@ PLACE_SEPARATOR, NULL_TEXT = "\x1f", "\x00null"
 
 
 def _place(*columns: str) -> Column:
-    texts = ", ".join(f"coalesce(CAST(`{c}` AS STRING), {_text(NULL_TEXT)})" for c in columns)
-    return F.expr(f"concat_ws({_text(PLACE_SEPARATOR)}, {texts})")
+    texts = ", ".join(f"coalesce(CAST(`{c}` AS STRING), {sql_text(NULL_TEXT)})" for c in columns)
+    return F.expr(f"concat_ws({sql_text(PLACE_SEPARATOR)}, {texts})")
 
 
 def _place_text(values: tuple) -> str:
