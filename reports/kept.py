@@ -96,16 +96,17 @@ def kept_derived_rows(
 def kept_derived_by_key(
     data, name: str, table: str, key: str, looked_up: tuple[str, ...], build: Callable
 ) -> DataFrame:
-    """The frame `build(keys)` computes per value of the column `key` of the table
-    `table` (each of its rows has the `key` of the rows it came from: the tallies of an
-    event from its deliveries), for the keys of the frame `keys`, or for every key when
-    `keys` is None; looking up the tables `looked_up`. Kept in memory (under `name`)
-    as kept_derived_rows keeps a frame, except that after exports that only added
-    batches, the keys those batches hold are built again (from all their rows), in
+    """The frame `build(keys)` computes from the table `table` per value of its
+    column `key` (each row it gives carries its key: an event's tallies from its
+    deliveries), for the keys in the frame `keys`, or for every key when `keys` is
+    None; it may look up the tables `looked_up`. Kept in memory (under `name`) as
+    kept_derived_rows keeps a frame, except that after exports that only added batches
+    to `table`, the keys those batches hold are built again, from all their rows, in
     place of their kept rows."""
 
     def added(kept: DataFrame, newer: DataFrame) -> DataFrame:
-        return _replaced(kept, newer, build(newer.select(key)), key=key)
+        keys = newer.select(key).distinct()  # an event's many new deliveries: one key
+        return _replaced(kept, keys, build(keys), key=key)
 
     return _kept_from_batches(data, name, table, looked_up, added, lambda: build(None))
 
