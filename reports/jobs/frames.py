@@ -44,7 +44,7 @@ def window_text(column: str, params: Params) -> str:
     """`in_window` as SQL text, for a query written as text."""
     start, end = params.window_start, params.window_end
     days = f"`{column}` >= {_time(_day_of(start))} AND `{column}` < {_time(_day_of(end) + ONE_DAY)}"
-    return f"{days} AND {at_or_after_text(column, start)} AND {_before(column, end)}"
+    return f"{days} AND {at_or_after_text(column, start)} AND {_compared(column, '<', end)}"
 
 
 def before(column: str, moment: datetime) -> Column:
@@ -54,7 +54,7 @@ def before(column: str, moment: datetime) -> Column:
     a new time was compiled again (0.5 to 1 s a report, on every change of window); a
     literal inside a struct reaches that code as an object instead, and the code
     compiled for one window serves the next. Structs compare as their fields do."""
-    return F.expr(_before(column, moment))
+    return F.expr(_compared(column, "<", moment))
 
 
 def at_or_after(column: str, moment: datetime) -> Column:
@@ -62,15 +62,18 @@ def at_or_after(column: str, moment: datetime) -> Column:
     return F.expr(at_or_after_text(column, moment))
 
 
-# The conditions are SQL text, parsed by Spark in one call: built of Column objects,
-# each part was a call from Python to the JVM (a twentieth of a second a run).
-def _before(column: str, moment: datetime) -> str:
-    return f"(`{column}` IS NOT NULL AND {_boxed(f'`{column}`')} < {_boxed(_time(moment))})"
-
-
 def at_or_after_text(column: str, moment: datetime) -> str:
     """`at_or_after` as SQL text, in parentheses."""
-    return f"(`{column}` IS NOT NULL AND {_boxed(f'`{column}`')} >= {_boxed(_time(moment))})"
+    return _compared(column, ">=", moment)
+
+
+# The conditions are SQL text, parsed by Spark in one call: built of Column objects,
+# each part was a call from Python to the JVM (a twentieth of a second a run).
+def _compared(column: str, operator: str, moment: datetime) -> str:
+    """Whether the time in `column` compares with `moment` by `operator` (false when
+    null), both boxed (see `before`)."""
+    boxed = _boxed(f"`{column}`")
+    return f"(`{column}` IS NOT NULL AND {boxed} {operator} {_boxed(_time(moment))})"
 
 
 def _boxed(value: str) -> str:
