@@ -301,11 +301,17 @@ def test_the_review_run_again_compiles_no_code_again(after_incident):
     """It compiles more classes than Spark kept by default (100), so that every run
     compiled them all again: seconds of each run."""
     spark = after_incident.incident.data.spark
-    run(after_incident)
+    # Spark compiles a few aggregations' classes once more on a later run, whichever
+    # test ran before (measured: 4 classes, at the fourth review of a process, then
+    # none; the same text twice, so not an eviction of the 1000 kept). Four runs first,
+    # then none may compile anything.
+    for _ in range(4):
+        run(after_incident)
     compiled = compiled_classes(spark)
     assert compiled > 100  # the first run compiles code (the session may have run others)
-    run(after_incident)
-    assert compiled_classes(spark) == compiled
+    for _ in range(2):
+        run(after_incident)
+        assert compiled_classes(spark) == compiled
 
 
 def test_a_jump_in_refusals_and_policies_refusing_every_sender_are_anomalies(after_incident):
