@@ -18,15 +18,17 @@ process starts Spark (local[*], SPARK_DRIVER_MEMORY, default 4g here) and reads 
 dataset into memory, as the reports worker does as it starts (reports.runner.warm_up),
 and says how long that took, then computes the report as a run of the reports worker does
 (reports.runner.compute): --runs times over the whole incident's window (the first run
-of the session, then warm ones), then once over the incident's second half (the window
-changed) and once over the whole incident for one region (the region changed). Printed
-per report: that start-up; the first run, the warm runs' median, the changed window
-and the changed region; what the last warm run asked of Spark (jobs, stages run, tasks,
-MB read from files or cache, MB shuffled); the peak resident memory of the process and
-of Spark's JVM; the rows returned. DuckDB runs the same reports and runs in one process
-over the same Parquet files (bench/reports_baseline.py), on the 1,000,000 only; the
-ratio is Spark's over DuckDB's, for the slowest of the warm, window and region runs.
-Last, how each report's warm run grew from the smallest size to the largest.
+of the session, then warm ones), then --runs - 1 times (at least once) over the
+incident's second half (the window changed) and as often over the whole incident for
+one region (the region changed), those two in turn. Printed per report: that start-up;
+the first run, and the medians of the warm runs, the changed window and the changed
+region (single runs on a shared machine move by a third); what the last warm run asked
+of Spark (jobs, stages run, tasks, MB read from files or cache, MB shuffled); the peak
+resident memory of the process and of Spark's JVM; the rows returned. DuckDB runs the
+same reports and runs in one process over the same Parquet files
+(bench/reports_baseline.py), on the 1,000,000 only; the ratio is Spark's over DuckDB's,
+for the slowest of the warm, window and region runs. Last, how each report's warm run
+grew from the smallest size to the largest.
 
 Exits 1 unless every report, in a warm session, took at most --warm-budget-s (3 s) and
 --ratio-budget (10x) DuckDB's time (where DuckDB ran) over up to 1,000,000 delivery
@@ -133,7 +135,8 @@ def manage(env: dict[str, str], *argv: str) -> None:
 
 
 # A child's runs, in order: the whole incident --runs times (the first run of the
-# session, then the warm ones), its second half ("window"), one region ("region").
+# session, then the warm ones: "whole"), then its second half ("window") and one region
+# ("region") in turn, --runs - 1 times each (at least once).
 WARM_RUNS = ("warm", "window", "region")
 
 
@@ -177,11 +180,15 @@ def _failure(engine: str, kind: str, done: subprocess.CompletedProcess) -> str:
 
 
 def seconds_of(figures: dict, run: str) -> float:
-    """A run's seconds: the warm runs' median for "warm"."""
+    """The first run's seconds, or the median of the warm runs ("warm": the whole
+    incident's after the first), of the window's or of the region's."""
     runs = figures["runs"]
+    if run == "first":
+        return runs[0]["s"]
     if run == "warm":
-        return statistics.median(one["s"] for one in runs[1:-2] or runs[:1])
-    return runs[{"first": 0, "window": -2, "region": -1}[run]]["s"]
+        whole = [one["s"] for one in runs if one["run"] == "whole"]
+        return statistics.median(whole[1:] or whole)
+    return statistics.median(one["s"] for one in runs if one["run"] == run)
 
 
 def slowest_ratio(spark: dict, duck: dict) -> float:
@@ -190,7 +197,7 @@ def slowest_ratio(spark: dict, duck: dict) -> float:
 
 
 def print_row(kind: str, engine: str, figures: dict) -> None:
-    work = figures["runs"][-3]  # the last run over the whole incident
+    work = [one for one in figures["runs"] if one["run"] == "whole"][-1]
     ratio = f"{figures['ratio']:.1f}x" if figures.get("ratio") else ""
     times = [seconds_of(figures, run) for run in ("first", *WARM_RUNS)]
     print(
@@ -258,9 +265,10 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps(figures))
 
 
-def planned_runs(dataset: Path, whole_runs: int) -> list:
-    """The runs' parameters: the whole incident `whole_runs` times, its second half,
-    and the whole incident for its most populous region."""
+def planned_runs(dataset: Path, whole_runs: int) -> list[tuple[str, object]]:
+    """The runs, each as its label and its parameters: the whole incident `whole_runs`
+    times, then its second half and the whole incident for its most populous region in
+    turn, `whole_runs - 1` times each (at least once)."""
     from dataclasses import replace
 
     import pyarrow.compute as pc
@@ -275,7 +283,8 @@ def planned_runs(dataset: Path, whole_runs: int) -> list:
     regions = pq.read_table(dataset / "clients", columns=["region"])["region"]
     counts = pc.value_counts(regions.drop_null()).to_pylist()
     region = max(counts, key=lambda count: count["counts"])["values"]
-    return [whole] * whole_runs + [half, replace(whole, region=region)]
+    changed = [("window", half), ("region", replace(whole, region=region))]
+    return [("whole", whole)] * whole_runs + changed * max(1, whole_runs - 1)
 
 
 def spark_child(kind: str, runs: list) -> dict:
@@ -284,10 +293,10 @@ def spark_child(kind: str, runs: list) -> dict:
 
     startup = warm_up()
     figures, rows = [], 0
-    for params in runs:
+    for label, params in runs:
         with SparkWork(spark.session()) as work:
             result = compute(kind, params)
-        figures.append(work.figures)
+        figures.append({"run": label, **work.figures})
         rows = rows or sum(len(section) for section in result.sections.values())
     return {"startup_s": startup, "runs": figures, "rows": rows}
 
@@ -296,10 +305,10 @@ def duck_child(kind: str, args: argparse.Namespace, runs: list) -> dict:
     from bench.reports_baseline import run_baseline
 
     figures, rows = [], 0
-    for params in runs:
+    for label, params in runs:
         started = time.monotonic()
         found = run_baseline(kind, args.dataset, params)
-        figures.append({"s": time.monotonic() - started})
+        figures.append({"run": label, "s": time.monotonic() - started})
         rows = rows or found
     return {"startup_s": 0.0, "runs": figures, "rows": rows}
 
