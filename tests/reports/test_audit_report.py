@@ -353,3 +353,43 @@ def test_an_empty_window_gives_empty_sections_and_zero_totals(after_incident):
     assert all(rows == [] for rows in result.sections.values())
     assert set(result.sections) == set(audit_report.SECTIONS)
     assert result.summary["entries"] == result.summary["refusals"] == 0
+
+
+# The sections made on the worker from the collected refusals ----------------------------
+
+
+def refusals_of(actor: str, category: str, *, entries: int, recent: int) -> dict:
+    return {"actor": actor, "category": category, "entries": entries, "recent": recent}
+
+
+def test_a_jump_adds_up_an_actors_reasons_and_needs_three_times_its_rate_before():
+    by_actor = [
+        refusals_of("client:new", audit.ROLE_REFUSED, entries=5, recent=5),  # none before
+        refusals_of("client:even", audit.ROLE_REFUSED, entries=12, recent=6),  # 6 = 3 x 2
+        refusals_of("client:split", audit.ROLE_REFUSED, entries=6, recent=3),
+        refusals_of("client:split", audit.OTHER, entries=7, recent=4),  # 7 > 3 x 2
+        refusals_of("client:few", audit.OTHER, entries=4, recent=4),  # under 5
+    ]
+    jumps = audit_report._jumps(by_actor)
+    assert [(row["subject"], row["recent"], row["ratio"]) for row in jumps] == [
+        ("client:split", 7, 3.5),
+        ("client:new", 5, None),
+    ]
+    assert jumps[1]["detail"] == "5 refusals in the window's last quarter, none before"
+
+
+def test_a_policy_is_shown_cut_at_300_characters_and_a_missing_one_said_so():
+    assert audit_report._shown("a" * 300) == "a" * 300
+    assert audit_report._shown("é" * 301) == "é" * 299 + "…"
+    assert audit_report._shown(None) == audit_report.NO_POLICY
+
+
+def test_policies_are_listed_by_refusals_then_by_text_with_no_policy_first():
+    policies = [
+        {"policy": "b", "refusals": 3},
+        {"policy": None, "refusals": 3},
+        {"policy": "a", "refusals": 1},
+        {"policy": "a2", "refusals": 4},
+    ]
+    ordered = audit_report._by_refusals(policies)
+    assert [row["policy"] for row in ordered] == ["a2", None, "b", "a"]
