@@ -12,8 +12,17 @@ which computes them, so that a warm session's start keeps them before its first 
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from importlib import import_module
 from types import ModuleType
+
+from pyspark.sql import functions as F
+
+from reports.results import Params
+
+logger = logging.getLogger(__name__)
 
 KINDS = ("timeline", "reach", "audit", "tree", "latency")
 
@@ -32,3 +41,39 @@ def keep_derived(data) -> None:
         keep = getattr(job(kind), "keep", None)
         if keep is not None:
             keep(data)
+
+
+REHEARSAL = timedelta(minutes=1)  # the newest events' window the warm-up runs over
+
+
+def rehearse(data) -> None:
+    """Run every report once over the newest minute of events of `data` (a kept
+    reports.spark.Dataset), over every region and over one, so that Spark compiles the
+    code of their queries before an operator's first run and first change of region
+    rather than during them. A window's bounds and a region reach that code as
+    objects, not written into it: one rehearsal serves every later window and region.
+    A report that fails here is logged and left: a run of it will say what is wrong."""
+    newest = _newest_event(data)
+    if newest is None:
+        return
+    whole = Params(window_start=newest - REHEARSAL, window_end=newest + timedelta(seconds=1))
+    region = _a_region(data)
+    rehearsals = [whole, replace(whole, region=region)] if region else [whole]
+    for kind in KINDS:
+        for params in rehearsals:
+            try:
+                job(kind).run(data, params)
+            except Exception:
+                logger.exception("rehearsing the %s report failed", kind)
+
+
+def _newest_event(data) -> datetime | None:
+    micros = data.table("events").agg(F.unix_micros(F.max("published_at"))).first()[0]
+    if micros is None:
+        return None
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
+
+
+def _a_region(data) -> str | None:
+    found = data.table("clients").where(F.col("region").isNotNull()).select("region").first()
+    return found["region"] if found else None
