@@ -450,23 +450,19 @@ def _latest_policies(data: Dataset, params: Params) -> DataFrame:
 
 
 def _dated_versions(data: Dataset) -> DataFrame:
-    """Every policy version with its policy's key and `until`: the earliest creation
-    of a later version of its client (null when none). A version is the latest
-    created before a moment when it was created before and `until` is not (exactly,
-    even if a later version's clock ran behind). Kept: grouping 133,334 versions per
-    client cost a shuffle at every run."""
+    """Every policy version with its policy's key (a hash of its text: the text is not
+    kept) and `until`: the earliest creation of a later version of its client (null
+    when none). A version is the latest created before a moment when it was created
+    before and `until` is not (exactly, even if a later version's clock ran behind).
+    Kept: grouping 133,334 versions per client cost a shuffle at every run."""
     later = Window.partitionBy("client_id").orderBy("version")
     later = later.rowsBetween(1, Window.unboundedFollowing)
-    return data.derived(
-        "policy versions dated",
-        ("policy_versions",),
-        lambda: _keyed_versions(data).withColumn("until", F.min("created_at").over(later)),
-    )
 
+    def build() -> DataFrame:
+        keyed = _keyed(data.table("policy_versions"))
+        return keyed.withColumn("until", F.min("created_at").over(later))
 
-def _keyed_versions(data: Dataset) -> DataFrame:
-    """Every policy version with its policy's key, hashed once and kept (not the text)."""
-    return data.derived_rows("policy versions keyed", "policy_versions", (), _keyed)
+    return data.derived("policy versions dated", ("policy_versions",), build)
 
 
 def _keyed(versions: DataFrame) -> DataFrame:

@@ -254,7 +254,7 @@ def test_the_worker_keeps_the_whole_dataset_as_it_starts(spark, settings, tmp_pa
     assert deliveries_to_receivers(data).is_cached
     derived = [name for name in kept._kept if name not in TABLES]
     # Every frame a job derives: the receivers' deliveries, the timeline's four, the
-    # tree's hops with the hop before, the audit's entries read, policy versions keyed
-    # and dated and policy texts, the latency's deliveries with their hops, the reach's
-    # tallies and its deliveries never answered.
-    assert len(derived) == 13 and all(kept._kept[name].frame.is_cached for name in derived)
+    # tree's hops with the hop before, the audit's entries read, policy versions dated
+    # and policy texts, the latency's deliveries with their hops, the reach's tallies and
+    # its deliveries never answered.
+    assert len(derived) == 12 and all(kept._kept[name].frame.is_cached for name in derived)
