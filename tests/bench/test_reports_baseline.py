@@ -20,9 +20,11 @@ from bench.reports_baseline import baseline_result, run_baseline
 from broker.audit import Actor
 from broker.models import Delivery
 from broker.services.deliveries import acknowledge_delivery
+from reports import kept
 from reports.dataset import batches
 from reports.jobs import KINDS, job
 from reports.results import Params, Result
+from reports.runner import keep_dataset
 from tests.reports.incident import INCIDENT_MARKS, Incident
 
 pytestmark = INCIDENT_MARKS
@@ -32,9 +34,13 @@ LONG_AGO = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture
-def answered_late(worm_incident) -> Incident:
+def answered_late(worm_incident, monkeypatch) -> Incident:
     """The incident, then every delivery received and not answered is acknowledged
-    and exported again: those deliveries are in two batches, the newer one answered."""
+    and exported again: those deliveries are in two batches, the newer one answered.
+    The first export is kept as the reports worker keeps it, and the second's changes
+    to it are kept apart from it (reports.kept.Changes), however many they are."""
+    keep_dataset()
+    monkeypatch.setattr(kept, "MERGE_SHARE", math.inf)
     waiting = Delivery.objects.filter(state=Delivery.State.DELIVERED).select_related("receiver")
     for delivery in waiting:
         receiver = delivery.receiver
@@ -68,6 +74,7 @@ def test_the_baseline_computes_every_report_as_its_spark_job_does(answered_late)
             duck = baseline_result(kind, answered_late.root, params)
             problems += [f"{kind}, {name}, {found}" for found in differences(spark, duck)]
             assert run_baseline(kind, answered_late.root, params) == rows(spark)
+    assert kept._kept["deliveries"].changes is not None  # read as kept, with changes
     assert not problems, "\n".join(problems)
 
 

@@ -30,6 +30,18 @@ def nothing_kept():
     kept.forget()
 
 
+# An export's changes to a kept frame are merged into it at once (these tests' frames
+# are of a few rows), or kept apart from it however many they are.
+MERGED, KEPT_APART = kept.MERGE_SHARE, 1e9
+CHANGES = pytest.mark.parametrize("merge_share", [MERGED, KEPT_APART], ids=["merged", "apart"])
+
+
+@pytest.fixture
+def merge_share(request, monkeypatch):
+    monkeypatch.setattr(kept, "MERGE_SHARE", request.param)
+    return request.param
+
+
 def entry(action: str, *, actor: str = "user:olivia") -> AuditEntry:
     return AuditEntry.objects.create(
         at=timezone.now(), actor=actor, action=action, target="t", outcome="done"
@@ -62,7 +74,10 @@ def test_an_unchanged_table_is_the_same_kept_frame(spark, settings, tmp_path):
     assert first.is_cached
 
 
-def test_new_batches_replace_the_rows_they_hold_newer_versions_of(spark, settings, tmp_path):
+@CHANGES
+def test_new_batches_replace_the_rows_they_hold_newer_versions_of(
+    spark, settings, tmp_path, merge_share
+):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
     first, _ = entry("test.first"), entry("test.second")
     export_changes()
@@ -134,7 +149,10 @@ def test_a_snapshot_table_exported_again_is_read_again(spark, settings, tmp_path
     assert [row.is_active for row in again.collect()] == [False]
 
 
-def test_a_frame_derived_row_by_row_reads_only_an_export_s_new_rows(spark, settings, tmp_path):
+@CHANGES
+def test_a_frame_derived_row_by_row_reads_only_an_export_s_new_rows(
+    spark, settings, tmp_path, merge_share
+):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
     client = a_client()
     entry("test.first")
@@ -162,8 +180,9 @@ def test_a_frame_derived_row_by_row_reads_only_an_export_s_new_rows(spark, setti
     assert len(built_from) == 3 and built_from[-1].count() == 2  # the whole table again
 
 
+@CHANGES
 def test_a_frame_derived_per_key_is_built_again_only_for_an_export_s_keys(
-    spark, settings, tmp_path
+    spark, settings, tmp_path, merge_share
 ):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
     client = a_client()
@@ -258,3 +277,26 @@ def test_the_worker_keeps_the_whole_dataset_as_it_starts(spark, settings, tmp_pa
     # and policy texts, the latency's deliveries with their hops, the reach's tallies and
     # its deliveries never answered.
     assert len(derived) == 12 and all(kept._kept[name].frame.is_cached for name in derived)
+
+
+def test_an_export_s_changes_are_kept_apart_until_they_reach_their_share(
+    spark, settings, tmp_path, monkeypatch
+):
+    settings.REPORTS_DATASET = root = tmp_path / "dataset"
+    first = entry("test.first")
+    for n in range(9):
+        entry(f"test.more{n}")
+    export_changes()
+    base = Dataset(spark, root, keep=True).table("audit")
+    monkeypatch.setattr(kept, "MERGE_SHARE", 0.35)  # 3.5 of its 10 rows
+
+    AuditEntry.objects.filter(pk=first.pk).update(reason="once")
+    export_changes()  # a key and a row: kept apart
+    found, expected = kept_and_read(spark, root)
+    assert found == expected and kept._kept["audit"].base is base and base.is_cached
+    entry("test.eleventh")
+    export_changes()  # two keys and two rows: merged
+
+    found, expected = kept_and_read(spark, root)
+    assert found == expected and len(found) == 11
+    assert kept._kept["audit"].changes is None and not base.is_cached
