@@ -22,7 +22,11 @@ of the session, then warm ones), then --runs - 1 times (at least once) over the
 incident's second half (the window changed) and as often over the whole incident for
 one region (the region changed), those two in turn. Printed per report: that start-up;
 the first run, and the medians of the warm runs, the changed window and the changed
-region (single runs on a shared machine move by a third); what the last warm run asked
+region (single runs on a shared machine move by a third); the median of the runs over
+the whole incident after an export (EXPORTS batches of ANSWERS_PER_EXPORT answers each,
+written beside the dataset as an export writes them, each followed by one run: what the
+worker's kept frames cost an operator's first run after new answers came in; printed,
+not judged); what the last warm run asked
 of Spark (jobs, stages run, tasks, MB read from files or cache, MB shuffled); the peak
 resident memory of the process and of Spark's JVM; the rows returned. DuckDB runs the
 same reports and runs in one process over the same Parquet files
@@ -42,10 +46,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -77,6 +84,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument("--child", nargs=2, metavar=("ENGINE", "REPORT"), help=argparse.SUPPRESS)
     parser.add_argument("--dataset", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--answers", type=Path, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -142,15 +150,16 @@ WARM_RUNS = ("warm", "window", "region")
 
 def measure(args: argparse.Namespace, env: dict[str, str], size: int) -> dict:
     """Every report on Spark, and on DuckDB at the baseline's size; printed as it goes."""
+    answers = written_answers(Path(env["REPORTS_DATASET"]))
     print(
         f"{'report':<9} {'engine':<6} {'start s':>7} {'first s':>7} {'warm s':>6} "
-        f"{'window s':>8} {'region s':>8} {'jobs':>4} {'stages':>6} {'tasks':>5} "
+        f"{'window s':>8} {'region s':>8} {'export s':>8} {'jobs':>4} {'stages':>6} {'tasks':>5} "
         f"{'read MB':>7} {'shuffle MB':>10} {'peak MB':>7} {'JVM MB':>6} {'rows':>6} "
         f"{'vs DuckDB':>9}"
     )
     figures = {}
     for kind in args.reports:
-        spark = in_child(env, "spark", kind, args.runs)
+        spark = in_child(env, "spark", kind, args.runs, answers)
         duck = in_child(env, "duckdb", kind, args.runs) if size == args.baseline_size else None
         spark["ratio"] = slowest_ratio(spark, duck) if duck else None
         print_row(kind, "spark", spark)
@@ -160,9 +169,12 @@ def measure(args: argparse.Namespace, env: dict[str, str], size: int) -> dict:
     return figures
 
 
-def in_child(env: dict[str, str], engine: str, kind: str, runs: int) -> dict:
+def in_child(
+    env: dict[str, str], engine: str, kind: str, runs: int, answers: Path | None = None
+) -> dict:
     command = [sys.executable, "-m", "bench.reports", "--child", engine, kind]
     command += ["--runs", str(runs), "--dataset", env["REPORTS_DATASET"]]
+    command += ["--answers", str(answers)] if answers else []
     done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(_failure(engine, kind, done))
@@ -200,9 +212,12 @@ def print_row(kind: str, engine: str, figures: dict) -> None:
     work = [one for one in figures["runs"] if one["run"] == "whole"][-1]
     ratio = f"{figures['ratio']:.1f}x" if figures.get("ratio") else ""
     times = [seconds_of(figures, run) for run in ("first", *WARM_RUNS)]
+    exported = [one["s"] for one in figures["runs"] if one["run"] == "export"]
+    after = f"{statistics.median(exported):.2f}" if exported else ""
     print(
         f"{kind:<9} {engine:<6} {figures['startup_s']:>7.1f} {times[0]:>7.2f} {times[1]:>6.2f} "
-        f"{times[2]:>8.2f} {times[3]:>8.2f} {work.get('jobs', ''):>4} {work.get('stages', ''):>6} "
+        f"{times[2]:>8.2f} {times[3]:>8.2f} {after:>8} "
+        f"{work.get('jobs', ''):>4} {work.get('stages', ''):>6} "
         f"{work.get('tasks', ''):>5} {work.get('read_mb', ''):>7} {work.get('shuffle_mb', ''):>10} "
         f"{figures['peak_mb']:>7,.0f} {figures['jvm_mb']:>6,.0f} {figures['rows']:>6,} {ratio:>9}"
     )
@@ -256,10 +271,15 @@ def child(args: argparse.Namespace) -> None:
     engine, kind = args.child
     import django
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    django.setup()
     runs = planned_runs(args.dataset, args.runs)
-    figures = spark_child(kind, runs) if engine == "spark" else duck_child(kind, args, runs)
+    if engine == "spark":
+        with linked_copy(args.dataset) as session_dataset:  # the answers go in the copy
+            os.environ["REPORTS_DATASET"] = str(session_dataset)
+            _django_setup(django)
+            figures = spark_child(kind, runs, args.answers)
+    else:
+        _django_setup(django)
+        figures = duck_child(kind, args, runs)
     figures["peak_mb"] = high_water_mb(os.getpid())
     figures["jvm_mb"] = sum(high_water_mb(pid) for pid in descendants(os.getpid()))
     print(json.dumps(figures))
@@ -287,8 +307,14 @@ def planned_runs(dataset: Path, whole_runs: int) -> list[tuple[str, object]]:
     return [("whole", whole)] * whole_runs + changed * max(1, whole_runs - 1)
 
 
-def spark_child(kind: str, runs: list) -> dict:
+def _django_setup(django) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    django.setup()
+
+
+def spark_child(kind: str, runs: list, answers: Path | None) -> dict:
     from reports import spark
+    from reports.export import dataset_root
     from reports.runner import compute, warm_up
 
     startup = warm_up()
@@ -298,6 +324,13 @@ def spark_child(kind: str, runs: list) -> dict:
             result = compute(kind, params)
         figures.append({"run": label, **work.figures})
         rows = rows or sum(len(section) for section in result.sections.values())
+    for batch in _in_export_order(answers):
+        link_batch(batch, dataset_root() / batch.parent.name)
+        if batch.parent.name != "deliveries":
+            continue  # an export's two tables in, then the run
+        with SparkWork(spark.session()) as work:
+            compute(kind, runs[0][1])
+        figures.append({"run": "export", **work.figures})
     return {"startup_s": startup, "runs": figures, "rows": rows}
 
 
@@ -311,6 +344,108 @@ def duck_child(kind: str, args: argparse.Namespace, runs: list) -> dict:
         figures.append({"run": label, "s": time.monotonic() - started})
         rows = rows or found
     return {"startup_s": 0.0, "runs": figures, "rows": rows}
+
+
+# An export's worth of answers: what the reports worker's kept frames take in before an
+# operator's run, during an incident.
+EXPORTS = 2
+ANSWERS_PER_EXPORT = 1_000
+
+
+def written_answers(dataset: Path) -> Path:
+    """EXPORTS batches of ANSWERS_PER_EXPORT answers each, written as an export writes
+    them (the deliveries acknowledged, an audit entry each), in a folder beside the
+    dataset; each batch answers deliveries of its own, the newest not answered yet."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    folder = dataset.parent / f"{dataset.name}-answers"
+    if folder.exists():
+        shutil.rmtree(folder)
+    deliveries = pq.read_table(dataset / "deliveries").drop(["batch"])
+    audit = pq.read_table(dataset / "audit", columns=["id"])
+    names = pq.read_table(dataset / "clients", columns=["id", "name"]).to_pydict()
+    clients = dict(zip(names["id"], names["name"], strict=True))
+    chosen = _unanswered_newest(deliveries, EXPORTS * ANSWERS_PER_EXPORT)
+    first_batch = max(_batch_number(b) for b in (dataset / "deliveries").glob("batch=*")) + 1
+    next_entry = pc.max(audit["id"]).as_py() + 1
+    for n in range(EXPORTS):
+        share = chosen[n * ANSWERS_PER_EXPORT : (n + 1) * ANSWERS_PER_EXPORT]
+        batch = first_batch + n
+        acked = [_acked(row, batch) for row in share]
+        entries = [_ack_entry(row, next_entry + i, clients, batch) for i, row in enumerate(acked)]
+        next_entry += len(entries)
+        _write_batch(folder / "deliveries" / f"batch={batch}", acked, deliveries.schema)
+        _write_batch(folder / "audit" / f"batch={batch}", entries, _audit_schema(dataset))
+    return folder
+
+
+def _unanswered_newest(deliveries, count: int) -> list[dict]:
+    """The `count` newest deliveries not answered yet (the newest others after them)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    waiting = pc.is_in(deliveries["state"], pa.array(["pending", "delivered"]))
+    order = [("waiting", "descending"), ("id", "descending")]
+    ranked = deliveries.append_column("waiting", waiting).sort_by(order)
+    return ranked.slice(0, count).drop(["waiting"]).to_pylist()
+
+
+def _acked(row: dict, batch: int) -> dict:
+    seen = row["received_at"] or row["delivered_at"] or row["published_at"]
+    answered = seen + timedelta(seconds=1)
+    return {**row, "state": "acked", "received_at": seen, "acked_at": answered, "txid": batch}
+
+
+def _ack_entry(row: dict, entry_id: int, clients: dict, batch: int) -> dict:
+    return {
+        "id": entry_id, "at": row["acked_at"], "actor": f"client:{clients[row['receiver_id']]}",
+        "action": "delivery.ack", "target": f"delivery:{row['id']}", "outcome": "done",
+        "reason": "", "category": None, "details": "{}", "txid": batch,
+    }  # fmt: skip
+
+
+def _audit_schema(dataset: Path):
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(next((dataset / "audit").rglob("*.parquet"))).remove_metadata()
+
+
+def _write_batch(folder: Path, rows: list[dict], schema) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True)
+    fields = [field for field in schema if field.name != "batch"]
+    pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema(fields)), folder / "part-0.parquet")
+
+
+def _in_export_order(answers: Path | None) -> list[Path]:
+    """The answers' batches, oldest first, each export's audit batch before its
+    deliveries' (the run follows the deliveries')."""
+    found = answers.glob("*/batch=*") if answers else []
+    return sorted(found, key=lambda batch: (_batch_number(batch), batch.parent.name))
+
+
+def _batch_number(batch: Path) -> int:
+    return int(batch.name.split("=", 1)[1])
+
+
+@contextmanager
+def linked_copy(dataset: Path) -> Iterator[Path]:
+    """A copy of the dataset's folders whose files are links to the dataset's (no bytes
+    copied), removed after: batches added to it leave the dataset as generated."""
+    copy = dataset.parent / f"{dataset.name}-session-{os.getpid()}"
+    shutil.copytree(dataset, copy, copy_function=os.link)
+    try:
+        yield copy
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
+def link_batch(batch: Path, table: Path) -> None:
+    """The batch folder `batch` in the table's folder `table`, its files linked."""
+    shutil.copytree(batch, table / batch.name, copy_function=os.link)
 
 
 class SparkWork:
