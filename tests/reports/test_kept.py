@@ -33,7 +33,9 @@ def nothing_kept():
 # An export's changes to a kept frame are merged into it at once (these tests' frames
 # are of a few rows), or kept apart from it however many they are.
 MERGED, KEPT_APART = kept.MERGE_SHARE, 1e9
-CHANGES = pytest.mark.parametrize("merge_share", [MERGED, KEPT_APART], ids=["merged", "apart"])
+CHANGES = pytest.mark.parametrize(
+    "merge_share", [MERGED, KEPT_APART], ids=["merged", "apart"], indirect=True
+)
 
 
 @pytest.fixture
@@ -92,14 +94,19 @@ def test_new_batches_replace_the_rows_they_hold_newer_versions_of(
     assert next(r for r in found if r[0] == first.pk)[1] == "twice"
 
 
-def test_after_a_compaction_the_table_is_read_again_the_same(spark, settings, tmp_path):
+@CHANGES
+def test_after_a_compaction_the_table_is_read_again_the_same(
+    spark, settings, tmp_path, merge_share
+):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
     first = entry("test.first")
     export_changes()
     for reason in ("once", "twice", "thrice"):
+        kept_and_read(spark, root)  # kept, then changed by the next export
         AuditEntry.objects.filter(pk=first.pk).update(reason=reason)
         export_changes()
     before, _ = kept_and_read(spark, root)
+    assert (kept._kept["audit"].changes is None) == (merge_share == MERGED)
 
     compact_dataset(spark, root, at_least=2)
 
@@ -174,6 +181,7 @@ def test_a_frame_derived_row_by_row_reads_only_an_export_s_new_rows(
 
     assert sorted(row.action for row in derived().collect()) == ["TEST.FIRST", "TEST.SECOND"]
     assert len(built_from) == 2 and built_from[-1].count() == 1  # the new batch alone
+    assert (kept._kept["actions"].changes is None) == (merge_share == MERGED)
     Client.objects.filter(pk=client.pk).update(is_active=False)  # a looked-up table
     export_changes()
     assert sorted(row.action for row in derived().collect()) == ["TEST.FIRST", "TEST.SECOND"]
@@ -214,6 +222,7 @@ def test_a_frame_derived_per_key_is_built_again_only_for_an_export_s_keys(
     export_changes()
     assert counted() == [("user:olivia", 3), ("user:sam", 1)]  # all of its rows again
     assert built_for[-1] == ["user:olivia"]
+    assert (kept._kept["per actor"].changes is None) == (merge_share == MERGED)
     Client.objects.filter(pk=client.pk).update(is_active=False)  # a looked-up table
     export_changes()
     assert counted() == [("user:olivia", 3), ("user:sam", 1)]
