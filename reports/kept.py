@@ -99,8 +99,8 @@ def kept_table(data, name: str) -> DataFrame:
         if kept is not None and kept.version == version:
             return kept.frame
         if _only_added(name, kept, version):
-            newer = _newer_rows(data, name, kept, version)
-            return _keep_changed(name, version, kept, newer.select("id"), newer, "id")
+            newer, arriving = _newer_rows(data, name, kept, version)
+            return _keep_changed(name, version, kept, (newer.select("id"), newer, "id"), arriving)
         return _keep(name, version, data.read(name))
 
 
@@ -166,8 +166,8 @@ def _kept_from_batches(
             return kept.frame
         as_table = kept and Kept(kept.version[0], kept.frame, kept.base, kept.base_rows)
         if as_table and kept.version[1] == others and _only_added(table, as_table, own):
-            keys, rows, key = added(_newer_rows(data, table, as_table, own))
-            return _keep_changed(name, (own, others), kept, keys, rows, key)
+            newer, arriving = _newer_rows(data, table, as_table, own)
+            return _keep_changed(name, (own, others), kept, added(newer), arriving)
         return _keep(name, (own, others), whole())
 
 
@@ -194,11 +194,19 @@ def _keep(name: str, version: tuple, fresh: DataFrame) -> DataFrame:
 
 
 def _keep_changed(
-    name: str, version: tuple, kept: Kept, keys: DataFrame, rows: DataFrame, key: str
+    name: str, version: tuple, kept: Kept, change: tuple[DataFrame, DataFrame, str], arriving: int
 ) -> DataFrame:
-    """`kept` as `name` at `version`, changed by new rows: the keys (column `key`) of
-    the rows they replace, and `rows` in their place. Their changes are kept apart
-    (see Changes) until they reach MERGE_SHARE of its rows; then merged into it."""
+    """`kept` as `name` at `version`, changed by `arriving` new rows: `change` holds the
+    keys (in its column `key`) of the rows they replace, and the rows in their place.
+    Their changes are kept apart (see Changes) until they reach MERGE_SHARE of its
+    rows; then merged into it. Changes that will reach it at once (a frame of a few
+    rows: the keys and rows are at most twice the rows arriving) are merged without
+    being kept first."""
+    keys, rows, key = change
+    so_far = kept.changes.size if kept.changes else 0
+    if so_far + 2 * arriving >= kept.base_rows * MERGE_SHARE:
+        unchanged = kept.frame.join(keys.select(key), key, "left_anti")
+        return _keep(name, version, unchanged.unionByName(rows))
     changes = _changes_with(kept.changes, keys, rows, key)
     frame = _changed(kept.base, changes)
     if changes.size >= kept.base_rows * MERGE_SHARE:
@@ -268,10 +276,15 @@ def _only_added(name: str, kept: Kept | None, version: tuple) -> bool:
     return len(version) > len(kept.version) and version[: len(kept.version)] == kept.version
 
 
-def _newer_rows(data, name: str, kept: Kept, version: tuple) -> DataFrame:
-    """The rows of the batches `version` holds beyond those `kept` was read from."""
+def _newer_rows(data, name: str, kept: Kept, version: tuple) -> tuple[DataFrame, int]:
+    """The rows of the batches `version` holds beyond those `kept` was read from, and
+    how many they are (from the files' footers: no Spark job)."""
+    import pyarrow.parquet as pq
+
     new_batches = [data.root / name / part for part, _ in version[len(kept.version) :]]
-    return data.read(name, only=new_batches)
+    files = [path for batch in new_batches for path in batch.glob("*.parquet")]
+    arriving = sum(pq.ParquetFile(path).metadata.num_rows for path in files)
+    return data.read(name, only=new_batches), arriving
 
 
 def _kept_in_memory(frame: DataFrame) -> tuple[DataFrame, int]:
