@@ -57,7 +57,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from bench.services import fresh_database, run_in_process
-from reports.dataset import in_current_layout
+from reports.dataset import TABLES, batch_number, batches, in_current_layout
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -367,7 +367,7 @@ def written_answers(dataset: Path) -> Path:
     names = pq.read_table(dataset / "clients", columns=["id", "name"]).to_pydict()
     clients = dict(zip(names["id"], names["name"], strict=True))
     chosen = _unanswered_newest(deliveries, EXPORTS * ANSWERS_PER_EXPORT)
-    first_batch = max(_batch_number(b) for b in (dataset / "deliveries").glob("batch=*")) + 1
+    first_batch = batch_number(batches(dataset / "deliveries")[-1]) + 1
     next_entry = pc.max(audit["id"]).as_py() + 1
     for n in range(EXPORTS):
         share = chosen[n * ANSWERS_PER_EXPORT : (n + 1) * ANSWERS_PER_EXPORT]
@@ -375,8 +375,8 @@ def written_answers(dataset: Path) -> Path:
         acked = [_acked(row, batch) for row in share]
         entries = [_ack_entry(row, next_entry + i, clients, batch) for i, row in enumerate(acked)]
         next_entry += len(entries)
-        _write_batch(folder / "deliveries" / f"batch={batch}", acked, deliveries.schema)
-        _write_batch(folder / "audit" / f"batch={batch}", entries, _audit_schema(dataset))
+        _write_batch(folder, "deliveries", batch, acked)
+        _write_batch(folder, "audit", batch, entries)
     return folder
 
 
@@ -405,30 +405,23 @@ def _ack_entry(row: dict, entry_id: int, clients: dict, batch: int) -> dict:
     }  # fmt: skip
 
 
-def _audit_schema(dataset: Path):
-    import pyarrow.parquet as pq
-
-    return pq.read_schema(next((dataset / "audit").rglob("*.parquet"))).remove_metadata()
-
-
-def _write_batch(folder: Path, rows: list[dict], schema) -> None:
+def _write_batch(folder: Path, table: str, batch: int, rows: list[dict]) -> None:
+    """`rows` of `table` as an export writes a batch of it, under `folder`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    folder.mkdir(parents=True)
-    fields = [field for field in schema if field.name != "batch"]
-    pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema(fields)), folder / "part-0.parquet")
+    written = folder / table / f"batch={batch}"
+    written.mkdir(parents=True)
+    pq.write_table(
+        pa.Table.from_pylist(rows, schema=TABLES[table].schema), written / "part-0.parquet"
+    )
 
 
 def _in_export_order(answers: Path | None) -> list[Path]:
     """The answers' batches, oldest first, each export's audit batch before its
     deliveries' (the run follows the deliveries')."""
     found = answers.glob("*/batch=*") if answers else []
-    return sorted(found, key=lambda batch: (_batch_number(batch), batch.parent.name))
-
-
-def _batch_number(batch: Path) -> int:
-    return int(batch.name.split("=", 1)[1])
+    return sorted(found, key=lambda batch: (batch_number(batch), batch.parent.name))
 
 
 @contextmanager

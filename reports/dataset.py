@@ -257,4 +257,9 @@ def batches(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     found = [child for child in folder.iterdir() if child.name.startswith("batch=")]
-    return sorted(found, key=lambda child: int(child.name.split("=", 1)[1]))
+    return sorted(found, key=batch_number)
+
+
+def batch_number(batch: Path) -> int:
+    """A batch folder's number (`batch=N`): the export's watermark that wrote it."""
+    return int(batch.name.split("=", 1)[1])

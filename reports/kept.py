@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -164,7 +164,7 @@ def _kept_from_batches(
         kept = _kept.get(name)
         if kept is not None and kept.version == (own, others):
             return kept.frame
-        as_table = kept and Kept(kept.version[0], kept.frame, kept.base, kept.base_rows)
+        as_table = kept and replace(kept, version=kept.version[0])  # the table's batches
         if as_table and kept.version[1] == others and _only_added(table, as_table, own):
             newer, arriving = _newer_rows(data, table, as_table, own)
             return _keep_changed(name, (own, others), kept, added(newer), arriving)
@@ -205,8 +205,7 @@ def _keep_changed(
     keys, rows, key = change
     so_far = kept.changes.size if kept.changes else 0
     if so_far + 2 * arriving >= kept.base_rows * MERGE_SHARE:
-        unchanged = kept.frame.join(keys.select(key), key, "left_anti")
-        return _keep(name, version, unchanged.unionByName(rows))
+        return _keep(name, version, _replaced(kept.frame, keys, rows, key))
     changes = _changes_with(kept.changes, keys, rows, key)
     frame = _changed(kept.base, changes)
     if changes.size >= kept.base_rows * MERGE_SHARE:
@@ -224,7 +223,7 @@ def _changes_with(changes: Changes | None, keys: DataFrame, rows: DataFrame, key
     new ones in place of those they replace); computed now and kept."""
     keys = keys.select(key)
     if changes is not None:
-        rows = changes.rows.join(keys, key, "left_anti").unionByName(rows)
+        rows = _replaced(changes.rows, keys, rows, key)
         keys = changes.keys.unionByName(keys).distinct()
     kept_keys, key_count = _kept_in_memory(keys)
     kept_rows, row_count = _kept_in_memory(rows)
@@ -232,11 +231,17 @@ def _changes_with(changes: Changes | None, keys: DataFrame, rows: DataFrame, key
 
 
 def _changed(base: DataFrame, changes: Changes) -> DataFrame:
-    """`base` less the rows whose key `changes` holds, and the rows in their place."""
+    """`base` less the rows whose key `changes` holds, and the rows in their place;
+    the keys broadcast (they are at most MERGE_SHARE of the base's rows)."""
     from pyspark.sql import functions as F
 
-    unchanged = base.join(F.broadcast(changes.keys), changes.key, "left_anti")
-    return unchanged.unionByName(changes.rows)
+    return _replaced(base, F.broadcast(changes.keys), changes.rows, changes.key)
+
+
+def _replaced(frame: DataFrame, keys: DataFrame, rows: DataFrame, key: str) -> DataFrame:
+    """The rows of `frame` whose `key` `keys` (that column alone) does not hold, and
+    `rows` in their place."""
+    return frame.join(keys, key, "left_anti").unionByName(rows)
 
 
 def forget() -> None:
