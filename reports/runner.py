@@ -16,7 +16,6 @@ from django.db import connections
 
 from reports import services, spark
 from reports.compaction import compact_dataset
-from reports.dataset import TABLES
 from reports.export import dataset_root, export_changes
 from reports.jobs import job, keep_derived, rehearse
 from reports.results import Params, Result
@@ -91,13 +90,13 @@ def warm_up() -> float:
 
 
 def keep_dataset() -> None:
-    """Keep the dataset's tables, and the frames the jobs derive from them (the
-    deliveries joined with their receivers, the hops with the hop before), in the
-    session's memory (reports.kept), if a dataset was exported."""
+    """Keep the frames the jobs derive from the dataset's tables (the deliveries
+    joined with their receivers, the hops with the hop before...), and the tables
+    they read, in the session's memory (reports.kept), if a dataset was exported. A
+    table that queries read only through frames derived from it row by row (the
+    deliveries, the audit) is not kept itself (see reports.kept._whole_table)."""
     data = _kept_dataset()
     if data.root.is_dir():
-        for name in TABLES:
-            data.table(name)
         keep_derived(data)
 
 

@@ -186,6 +186,22 @@ def test_a_frame_derived_row_by_row_reads_only_an_export_s_new_rows(
     export_changes()
     assert sorted(row.action for row in derived().collect()) == ["TEST.FIRST", "TEST.SECOND"]
     assert len(built_from) == 3 and built_from[-1].count() == 2  # the whole table again
+    assert "audit" in kept._kept  # two batches: their rows' versions sorted out once
+
+
+def test_a_frame_derived_row_by_row_from_one_batch_reads_its_files_and_keeps_it_not(
+    spark, settings, tmp_path
+):
+    settings.REPORTS_DATASET = root = tmp_path / "dataset"
+    entry("test.first")
+    entry("test.second")
+    export_changes()
+
+    data = Dataset(spark, root, keep=True)
+    frame = data.derived_rows("actions", "audit", (), lambda audit: audit.select("id", "action"))
+
+    assert sorted(row.action for row in frame.collect()) == ["test.first", "test.second"]
+    assert frame.is_cached and "audit" not in kept._kept
 
 
 @CHANGES
@@ -271,15 +287,16 @@ def test_a_derived_frame_is_kept_until_one_of_its_tables_changes(spark, settings
     assert len(builds) == 2 and not first.is_cached
 
 
-def test_the_worker_keeps_the_whole_dataset_as_it_starts(spark, settings, tmp_path):
+def test_the_worker_keeps_every_derived_frame_as_it_starts(spark, settings, tmp_path):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
     entry("test.first")
     keep_dataset()  # nothing exported yet: nothing to keep, no error
     export_changes()
     keep_dataset()
     data = Dataset(spark, root, keep=True)
-    assert all(data.table(name).is_cached for name in TABLES)
     assert deliveries_to_receivers(data).is_cached
+    # Read through derived frames only, and of one batch each: read, not kept.
+    assert "deliveries" not in kept._kept and "audit" not in kept._kept
     derived = [name for name in kept._kept if name not in TABLES]
     # Every frame a job derives: the receivers' deliveries, the timeline's four, the
     # tree's hops with the hop before, the audit's entries read, policy versions dated
