@@ -46,8 +46,8 @@ def keep_derived(data) -> None:
 REHEARSAL = timedelta(minutes=1)  # the newest events' window the warm-up runs over
 
 
-def rehearse(data) -> None:
-    """Run every report once over the newest minute of events of `data` (a kept
+def rehearse(data, kinds: tuple[str, ...] = KINDS) -> None:
+    """Run every report (of `kinds`) once over the newest minute of events of `data` (a kept
     reports.spark.Dataset), over every region and over one, so that Spark compiles the
     code of their queries before an operator's first run and first change of region
     rather than during them. A window's bounds and a region reach that code as
@@ -59,7 +59,7 @@ def rehearse(data) -> None:
     whole = Params(window_start=newest - REHEARSAL, window_end=newest + timedelta(seconds=1))
     region = _a_region(data)
     rehearsals = [whole, replace(whole, region=region)] if region else [whole]
-    for kind in KINDS:
+    for kind in kinds:
         for params in rehearsals:
             try:
                 job(kind).run(data, params)
