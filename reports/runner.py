@@ -17,7 +17,7 @@ from django.db import connections
 from reports import services, spark
 from reports.compaction import compact_dataset
 from reports.export import dataset_root, export_changes
-from reports.jobs import KINDS, job, keep_derived, rehearse
+from reports.jobs import KINDS, job, keep_derived, rehearsals, rehearse
 from reports.results import Params, Result
 
 logger = logging.getLogger(__name__)
@@ -82,14 +82,14 @@ def warm_up() -> float:
     with _dataset_in_use:
         spark.warm_up()
         keep_dataset()
+        data = _kept_dataset()
+        runs = rehearsals(data) if data.root.is_dir() else []
     # After the dataset is read, a report at a time: a run asked meanwhile waits for
     # one report's rehearsal, not all; and its export and compaction, which replace
     # the files a rehearsal may read, never run during one.
-    for kind in KINDS:
+    for kind in KINDS if runs else ():
         with _dataset_in_use:
-            data = _kept_dataset()  # as the last run's export left it
-            if data.root.is_dir():
-                rehearse(data, (kind,))
+            rehearse(_kept_dataset(), (kind,), runs)  # as the last run's export left it
     return time.monotonic() - started
 
 

@@ -46,25 +46,31 @@ def keep_derived(data) -> None:
 REHEARSAL = timedelta(minutes=1)  # the newest events' window the warm-up runs over
 
 
-def rehearse(data, kinds: tuple[str, ...] = KINDS) -> None:
-    """Run every report (of `kinds`) once over the newest minute of events of `data` (a kept
-    reports.spark.Dataset), over every region and over one, so that Spark compiles the
-    code of their queries before an operator's first run and first change of region
-    rather than during them. A window's bounds and a region reach that code as
-    objects, not written into it: one rehearsal serves every later window and region.
-    A report that fails here is logged and left: a run of it will say what is wrong."""
-    newest = _newest_event(data)
-    if newest is None:
-        return
-    whole = Params(window_start=newest - REHEARSAL, window_end=newest + timedelta(seconds=1))
-    region = _a_region(data)
-    rehearsals = [whole, replace(whole, region=region)] if region else [whole]
+def rehearse(data, kinds: tuple[str, ...] = KINDS, runs: list[Params] | None = None) -> None:
+    """Run every report (of `kinds`) over `runs` (by default `rehearsals(data)`) on `data`
+    (a kept reports.spark.Dataset), so that Spark compiles the code of their queries
+    before an operator's first run and first change of region rather than during them.
+    A window's bounds and a region reach that code as objects, not written into it:
+    one rehearsal serves every later window and region. A report that fails here is
+    logged and left: a run of it will say what is wrong."""
+    runs = rehearsals(data) if runs is None else runs
     for kind in kinds:
-        for params in rehearsals:
+        for params in runs:
             try:
                 job(kind).run(data, params)
             except Exception:
                 logger.exception("rehearsing the %s report failed", kind)
+
+
+def rehearsals(data) -> list[Params]:
+    """The runs a rehearsal makes: the newest minute of events of `data`, over every
+    region and over one (none when no event was exported)."""
+    newest = _newest_event(data)
+    if newest is None:
+        return []
+    whole = Params(window_start=newest - REHEARSAL, window_end=newest + timedelta(seconds=1))
+    region = _a_region(data)
+    return [whole, replace(whole, region=region)] if region else [whole]
 
 
 def _newest_event(data) -> datetime | None:
