@@ -50,12 +50,16 @@ def _warm_up_reports() -> None:
     """The reports worker's warm-up; should it fail (a dataset unreadable now), the
     worker goes on: its first report starts Spark and reads the dataset itself, and
     says what is wrong in that report's error."""
+    from django.db import connections
+
     from reports.runner import warm_up
 
     try:
         warm_up()
     except Exception:
         logging.getLogger(__name__).exception("the reports worker's warm-up failed")
+    finally:
+        connections.close_all()  # this thread's own (the export's lock)
 
 
 # The queues the worker was started with (`--queues`), kept before it takes over any

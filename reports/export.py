@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from django.conf import settings
 from django.db import connection, transaction
 
-from reports.dataset import LAYOUT, LAYOUT_FILE, TABLES, Table, in_current_layout
+from reports.dataset import LAYOUT, LAYOUT_FILE, TABLES, Table, batches, in_current_layout
 from reports.models import ExportWatermark
 
 # Only one export at a time writes the dataset (PostgreSQL advisory lock key).
@@ -86,8 +86,11 @@ def _start_again_on_another_layout(root: Path) -> None:
     two leaves files without watermarks, which the next export clears."""
     if in_current_layout(root):
         return
-    if root.exists() and any(root.iterdir()):
-        ExportWatermark.objects.all().delete()
+    # Also when the folder is gone or empty (removed, or REPORTS_DATASET moved): the
+    # watermarks would have the export write only what changed since, and the reports
+    # would read nothing older.
+    ExportWatermark.objects.all().delete()
+    if root.exists():
         _empty(root)
     root.mkdir(parents=True, exist_ok=True)
     (root / LAYOUT_FILE).write_text(f"{LAYOUT}\n")
@@ -131,6 +134,8 @@ def _export_table(table: Table, root: Path, *, xmin: int, now: datetime) -> int:
         query = f"{_select(table)} ORDER BY 1"
         return _write_parquet(query, root / table.name, "part-0.parquet", table)
     mark, _ = ExportWatermark.objects.select_for_update().get_or_create(table=table.name)
+    if mark.batches and not batches(root / table.name):
+        mark.txid = mark.batches = mark.rows = 0  # its files are gone: from the start again
     rows = 0
     if xmin > mark.txid:
         query = _select(table, since=mark.txid, below=xmin)

@@ -15,7 +15,7 @@ import traceback
 from django.db import connections
 
 from reports import services, spark
-from reports.compaction import compact_dataset
+from reports.compaction import compact_dataset, finish_interrupted
 from reports.export import dataset_root, export_changes
 from reports.jobs import KINDS, job, keep_derived, rehearsals, rehearse
 from reports.results import Params, Result
@@ -81,6 +81,8 @@ def warm_up() -> float:
     started = time.monotonic()
     with _dataset_in_use:
         spark.warm_up()
+        if dataset_root().is_dir():
+            finish_interrupted(dataset_root())  # a compaction the last worker left part way
         keep_dataset()
         data = _kept_dataset()
         runs = rehearsals(data) if data.root.is_dir() else []

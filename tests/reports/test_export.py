@@ -3,10 +3,13 @@ watermark, whatever else is writing; odd text intact; another database's files g
 
 from __future__ import annotations
 
+import shutil
+
 import psycopg
 import pyarrow.parquet as pq
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from broker.audit import Actor
 from broker.models import AuditEntry, Client, Delivery, Event
@@ -170,3 +173,31 @@ def test_a_snapshot_table_exported_again_unchanged_is_left_as_it_was(dataset, al
     assert [row["is_active"] for row in rows(dataset, "clients") if row["name"] == "web-00001"] == [
         False
     ]
+
+
+def audit_entry(action: str) -> AuditEntry:
+    return AuditEntry.objects.create(
+        at=timezone.now(), actor="user:olivia", action=action, target="t", outcome="done"
+    )
+
+
+def test_a_removed_dataset_folder_is_exported_again_from_the_start(dataset):
+    first = audit_entry("test.before")
+    export_changes()
+    shutil.rmtree(dataset)  # an operator's clean-up, or REPORTS_DATASET moved elsewhere
+    audit_entry("test.after")
+    export_changes()
+    assert first.pk in latest(dataset, "audit")
+    assert len(latest(dataset, "audit")) == AuditEntry.objects.count()
+
+
+def test_a_table_whose_folder_was_emptied_is_exported_again_from_the_start(dataset):
+    first = audit_entry("test.before")
+    export_changes()
+    for batch in (dataset / "audit").iterdir():
+        shutil.rmtree(batch)
+    audit_entry("test.after")
+    export_changes()
+    assert first.pk in latest(dataset, "audit")
+    assert len(latest(dataset, "audit")) == AuditEntry.objects.count()
+    assert ExportWatermark.objects.get(table="audit").batches == 1
