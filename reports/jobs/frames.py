@@ -81,9 +81,12 @@ def _boxed(value: str) -> str:
 
 
 def sql_text(value: str) -> str:
-    """`value` as a SQL string literal: every character as a unicode escape, so that
-    neither quotes nor control characters need care."""
-    return "'" + "".join(f"\\u{ord(c):04x}" for c in value) + "'"
+    """`value` as a SQL string literal: every UTF-16 code unit as a unicode escape, so
+    that neither quotes nor control characters need care. (Spark's escape takes four
+    hex digits: a character beyond them, an emoji, goes as its two surrogates.)"""
+    units = value.encode("utf-16-be")
+    escaped = (f"\\u{units[i]:02x}{units[i + 1]:02x}" for i in range(0, len(units), 2))
+    return "'" + "".join(escaped) + "'"
 
 
 def _time(moment: datetime) -> str:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import functions as F
 
-from reports.jobs.frames import at_or_after, before, in_window
+from reports.jobs.frames import at_or_after, before, in_window, sql_text
 from reports.results import Params
 from reports.spark import small_frame
 from tests.reports.spark_helpers import compiled_classes
@@ -49,3 +49,9 @@ def test_another_window_within_the_same_days_compiles_no_code_again(spark):
     before_second = compiled_classes(spark)
     assert counted(Params(START + timedelta(seconds=20), END - timedelta(seconds=10))) == 6
     assert compiled_classes(spark) == before_second
+
+
+def test_text_written_into_a_query_reads_back_as_it_was(spark):
+    odd = ["", "it's", 'a "quote"', "back\\slash", "new\nline\ttab", "ünïcödé ✓", "wave 🌊 🏳️‍🌈"]
+    written = ", ".join(f"{sql_text(value)} AS v{n}" for n, value in enumerate(odd))
+    assert list(spark.sql(f"SELECT {written}").first()) == odd
