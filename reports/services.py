@@ -9,7 +9,7 @@ and a run whose worker stopped is found by its silent heartbeat (sweep_stalled_r
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from celery import current_app
 from django.conf import settings
@@ -27,6 +27,9 @@ from reports.results import Params, Result
 logger = logging.getLogger(__name__)
 
 MAX_WINDOW = timedelta(days=366)
+# The moments a window may hold: the jobs compare with whole days around its ends,
+# which the far ends of the calendar (year 1, 9999) have no room for.
+EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC)
 MAX_REGION_CHARS = 128
 ROWS_PER_INSERT = 2000
 # A running report writes its heartbeat every second or so; one silent this long lost
@@ -76,6 +79,11 @@ def check_request(*, kind: str, params: Params) -> None:
             raise InvalidInput(f"{name} must be a date and time with a time zone", field=name)
     if params.window_end <= params.window_start:
         raise InvalidInput("the window must end after it starts", field="window_end")
+    for name in ("window_start", "window_end"):
+        if not EARLIEST <= getattr(params, name) <= LATEST:
+            raise InvalidInput(
+                f"{name} must lie between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d}", field=name
+            )
     if params.window_end - params.window_start > MAX_WINDOW:
         raise InvalidInput("the window may span at most 366 days", field="window_start")
     region = params.region

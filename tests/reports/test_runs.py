@@ -21,6 +21,13 @@ pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audi
 
 OLIVIA = Actor("user", "olivia")
 END = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+# Windows at the calendar's ends: the whole days a job compares with do not fit there.
+YEAR_9999 = Params(
+    window_start=datetime(9999, 12, 30, tzinfo=UTC), window_end=datetime.max.replace(tzinfo=UTC)
+)
+YEAR_ONE = Params(
+    window_start=datetime.min.replace(tzinfo=UTC), window_end=datetime(1, 1, 2, tzinfo=UTC)
+)
 DAY = Params(window_start=END - timedelta(days=1), window_end=END)
 UNSERVED_QUEUE = "reports-served-by-no-worker"
 
@@ -51,6 +58,8 @@ def test_the_same_report_asked_twice_is_queued_once_and_audited_once():
         ("reach", Params(window_start=END, window_end=END), "window_end"),
         ("reach", Params(window_start=END.replace(tzinfo=None), window_end=END), "window_start"),
         ("reach", Params(window_start=END - timedelta(days=400), window_end=END), "window_start"),
+        ("reach", YEAR_9999, "window_start"),
+        ("reach", YEAR_ONE, "window_start"),
         ("reach", Params(window_start=DAY.window_start, window_end=END, region="a\x00b"), "region"),
         ("reach", Params(window_start=DAY.window_start, window_end=END, region=7), "region"),
     ],
