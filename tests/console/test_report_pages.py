@@ -257,6 +257,23 @@ def test_an_unknown_preset_or_report_is_refused(as_operator):
     assert as_operator.get(reverse("report", args=["forecast"])).status_code == 404
 
 
+@pytest.mark.parametrize(
+    "window",
+    [
+        {"from": "9999-12-30T00:00", "to": "9999-12-31T23:59:59"},
+        {"from": "0001-01-01", "to": "0001-01-02"},
+    ],
+)
+def test_a_window_at_the_calendars_ends_is_shown_and_refused_a_run_naming_its_field(
+    as_operator, window
+):
+    assert as_operator.get(reverse("report", args=["reach"]), window).status_code == 200
+    response = as_operator.post(reverse("report-run", args=["reach"]), window)
+    assert response.status_code == 400
+    assert 'data-field="window_start"' in body_of(response)
+    assert not ReportRun.objects.exists()
+
+
 # --- a run's states -----------------------------------------------------------------
 
 
