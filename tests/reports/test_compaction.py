@@ -6,21 +6,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-from django.utils import timezone
 
 from broker.models import AuditEntry
 from reports.compaction import compact_dataset, finish_interrupted
 from reports.dataset import batches
 from reports.export import export_changes
 from reports.spark import Dataset
+from tests.reports.audit_entries import audit_entry
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
-
-
-def entry(action: str) -> AuditEntry:
-    return AuditEntry.objects.create(
-        at=timezone.now(), actor="user:olivia", action=action, target="t", outcome="done"
-    )
 
 
 def audit_rows(spark, root) -> list[tuple]:
@@ -30,12 +24,12 @@ def audit_rows(spark, root) -> list[tuple]:
 
 def test_many_batches_become_one_that_reads_the_same_latest_versions(spark, settings, tmp_path):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
-    first, second = entry("test.first"), entry("test.second")
+    first, second = audit_entry("test.first"), audit_entry("test.second")
     export_changes()
     for reason in ("once", "twice", "thrice"):
         AuditEntry.objects.filter(pk=first.pk).update(reason=reason)
         export_changes()
-    entry("test.third")
+    audit_entry("test.third")
     export_changes()
     before = audit_rows(spark, root)
     assert len(batches(root / "audit")) == 5
@@ -53,7 +47,7 @@ def test_many_batches_become_one_that_reads_the_same_latest_versions(spark, sett
 
 def test_a_table_with_few_batches_is_left_alone(spark, settings, tmp_path):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
-    entry("test.only")
+    audit_entry("test.only")
     export_changes()
     assert compact_dataset(spark, root) == {}
 
@@ -90,11 +84,11 @@ def test_a_compaction_stopped_part_way_loses_no_row(
     spark, settings, tmp_path, monkeypatch, step, calls
 ):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
-    first = entry("test.first")
+    first = audit_entry("test.first")
     for reason in ("once", "twice"):
         AuditEntry.objects.filter(pk=first.pk).update(reason=reason)
         export_changes()
-    entry("test.last")
+    audit_entry("test.last")
     export_changes()
     before = audit_rows(spark, root)
     with monkeypatch.context() as patched:

@@ -9,7 +9,6 @@ import psycopg
 import pyarrow.parquet as pq
 import pytest
 from django.db import connection
-from django.utils import timezone
 
 from broker.audit import Actor
 from broker.models import AuditEntry, Client, Delivery, Event
@@ -20,6 +19,7 @@ from reports.dataset import LAYOUT, LAYOUT_FILE
 from reports.export import export_changes, freshness
 from reports.models import ExportWatermark
 from tests.broker.tree_helpers import wait_until_idle
+from tests.reports.audit_entries import audit_entry
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 
@@ -173,12 +173,6 @@ def test_a_snapshot_table_exported_again_unchanged_is_left_as_it_was(dataset, al
     assert [row["is_active"] for row in rows(dataset, "clients") if row["name"] == "web-00001"] == [
         False
     ]
-
-
-def audit_entry(action: str) -> AuditEntry:
-    return AuditEntry.objects.create(
-        at=timezone.now(), actor="user:olivia", action=action, target="t", outcome="done"
-    )
 
 
 def test_a_removed_dataset_folder_is_exported_again_from_the_start(dataset):

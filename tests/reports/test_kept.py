@@ -8,7 +8,6 @@ import shutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from django.utils import timezone
 from pyspark.sql import functions as F
 
 from broker.models import AuditEntry, Client, ClientModel
@@ -19,6 +18,7 @@ from reports.export import export_changes
 from reports.jobs.frames import deliveries_to_receivers
 from reports.runner import keep_dataset
 from reports.spark import Dataset
+from tests.reports.audit_entries import audit_entry
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 
@@ -44,12 +44,6 @@ def merge_share(request, monkeypatch):
     return request.param
 
 
-def entry(action: str, *, actor: str = "user:olivia") -> AuditEntry:
-    return AuditEntry.objects.create(
-        at=timezone.now(), actor=actor, action=action, target="t", outcome="done"
-    )
-
-
 def a_client() -> Client:
     model = ClientModel.objects.create(name="web-server")
     return Client.objects.create(name="web-00001", model=model, secret_hash="x")
@@ -69,7 +63,7 @@ def kept_and_read(spark, root) -> tuple[list, list]:
 
 def test_an_unchanged_table_is_the_same_kept_frame(spark, settings, tmp_path):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
-    entry("test.first")
+    audit_entry("test.first")
     export_changes()
     first = Dataset(spark, root, keep=True).table("audit")
     assert Dataset(spark, root, keep=True).table("audit") is first
@@ -81,12 +75,12 @@ def test_new_batches_replace_the_rows_they_hold_newer_versions_of(
     spark, settings, tmp_path, merge_share
 ):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
-    first, _ = entry("test.first"), entry("test.second")
+    first, _ = audit_entry("test.first"), audit_entry("test.second")
     export_changes()
     kept_and_read(spark, root)
     for reason in ("once", "twice"):
         AuditEntry.objects.filter(pk=first.pk).update(reason=reason)
-        entry(f"test.{reason}")
+        audit_entry(f"test.{reason}")
         export_changes()
         found, expected = kept_and_read(spark, root)
         assert found == expected
@@ -99,7 +93,7 @@ def test_after_a_compaction_the_table_is_read_again_the_same(
     spark, settings, tmp_path, merge_share
 ):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
-    first = entry("test.first")
+    first = audit_entry("test.first")
     export_changes()
     for reason in ("once", "twice", "thrice"):
         kept_and_read(spark, root)  # kept, then changed by the next export
@@ -115,7 +109,7 @@ def test_after_a_compaction_the_table_is_read_again_the_same(
 
 def test_a_batch_written_again_under_its_name_is_read_again(spark, settings, tmp_path):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
-    entry("test.first")
+    audit_entry("test.first")
     export_changes()
     kept_and_read(spark, root)
     written = next((root / "audit").rglob("*.parquet"))
@@ -132,7 +126,7 @@ def test_a_batch_written_again_under_its_name_is_read_again(spark, settings, tmp
 
 def test_another_dataset_folder_lets_the_first_go(spark, settings, tmp_path):
     settings.REPORTS_DATASET = root = tmp_path / "one"
-    entry("test.first")
+    audit_entry("test.first")
     export_changes()
     first = Dataset(spark, root, keep=True).table("audit")
     other = tmp_path / "other"
@@ -162,7 +156,7 @@ def test_a_frame_derived_row_by_row_reads_only_an_export_s_new_rows(
 ):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
     client = a_client()
-    entry("test.first")
+    audit_entry("test.first")
     export_changes()
     built_from = []
 
@@ -176,7 +170,7 @@ def test_a_frame_derived_row_by_row_reads_only_an_export_s_new_rows(
 
     first = derived()
     assert derived() is first and len(built_from) == 1
-    entry("test.second")
+    audit_entry("test.second")
     export_changes()
 
     assert sorted(row.action for row in derived().collect()) == ["TEST.FIRST", "TEST.SECOND"]
@@ -193,8 +187,8 @@ def test_a_frame_derived_row_by_row_from_one_batch_reads_its_files_and_keeps_it_
     spark, settings, tmp_path
 ):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
-    entry("test.first")
-    entry("test.second")
+    audit_entry("test.first")
+    audit_entry("test.second")
     export_changes()
 
     data = Dataset(spark, root, keep=True)
@@ -210,8 +204,8 @@ def test_a_frame_derived_per_key_is_built_again_only_for_an_export_s_keys(
 ):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
     client = a_client()
-    entry("test.first", actor="user:olivia")
-    entry("test.second", actor="user:olivia")
+    audit_entry("test.first", actor="user:olivia")
+    audit_entry("test.second", actor="user:olivia")
     export_changes()
     built_for = []
 
@@ -230,11 +224,11 @@ def test_a_frame_derived_per_key_is_built_again_only_for_an_export_s_keys(
         return sorted((row.actor, row.entries) for row in derived().collect())
 
     assert counted() == [("user:olivia", 2)] and built_for == [None]
-    entry("test.third", actor="user:sam")
+    audit_entry("test.third", actor="user:sam")
     export_changes()
     assert counted() == [("user:olivia", 2), ("user:sam", 1)]
     assert built_for[-1] == ["user:sam"]  # the new batch's key alone
-    entry("test.fourth", actor="user:olivia")
+    audit_entry("test.fourth", actor="user:olivia")
     export_changes()
     assert counted() == [("user:olivia", 3), ("user:sam", 1)]  # all of its rows again
     assert built_for[-1] == ["user:olivia"]
@@ -262,7 +256,7 @@ def test_a_small_table_s_rows_are_collected_again_only_when_it_changes(spark, se
 def test_a_derived_frame_is_kept_until_one_of_its_tables_changes(spark, settings, tmp_path):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
     client = a_client()
-    entry("test.first")
+    audit_entry("test.first")
     export_changes()
     builds = []
 
@@ -276,7 +270,7 @@ def test_a_derived_frame_is_kept_until_one_of_its_tables_changes(spark, settings
 
     first = derived()
     assert derived() is first and len(builds) == 1
-    entry("test.second")  # another table's change leaves it be
+    audit_entry("test.second")  # another table's change leaves it be
     export_changes()
     assert derived() is first
     Client.objects.filter(pk=client.pk).update(is_active=False)
@@ -289,7 +283,7 @@ def test_a_derived_frame_is_kept_until_one_of_its_tables_changes(spark, settings
 
 def test_the_worker_keeps_every_derived_frame_as_it_starts(spark, settings, tmp_path):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
-    entry("test.first")
+    audit_entry("test.first")
     keep_dataset()  # nothing exported yet: nothing to keep, no error
     export_changes()
     keep_dataset()
@@ -309,9 +303,9 @@ def test_an_export_s_changes_are_kept_apart_until_they_reach_their_share(
     spark, settings, tmp_path, monkeypatch
 ):
     settings.REPORTS_DATASET = root = tmp_path / "dataset"
-    first = entry("test.first")
+    first = audit_entry("test.first")
     for n in range(9):
-        entry(f"test.more{n}")
+        audit_entry(f"test.more{n}")
     export_changes()
     base = Dataset(spark, root, keep=True).table("audit")
     monkeypatch.setattr(kept, "MERGE_SHARE", 0.35)  # 3.5 of its 10 rows
@@ -320,7 +314,7 @@ def test_an_export_s_changes_are_kept_apart_until_they_reach_their_share(
     export_changes()  # a key and a row: kept apart
     found, expected = kept_and_read(spark, root)
     assert found == expected and kept._kept["audit"].base is base and base.is_cached
-    entry("test.eleventh")
+    audit_entry("test.eleventh")
     export_changes()  # two keys and two rows: merged
 
     found, expected = kept_and_read(spark, root)
