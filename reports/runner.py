@@ -81,11 +81,7 @@ def warm_up() -> float:
     started = time.monotonic()
     with _dataset_in_use:
         spark.warm_up()
-        if dataset_root().is_dir():
-            finish_interrupted(dataset_root())  # a compaction the last worker left part way
-        keep_dataset()
-        data = _kept_dataset()
-        runs = rehearsals(data) if data.root.is_dir() else []
+        runs = _read_dataset()
     # After the dataset is read, a report at a time: a run asked meanwhile waits for
     # one report's rehearsal, not all; and its export and compaction, which replace
     # the files a rehearsal may read, never run during one.
@@ -93,6 +89,17 @@ def warm_up() -> float:
         with _dataset_in_use:
             rehearse(_kept_dataset(), (kind,), runs)  # as the last run's export left it
     return time.monotonic() - started
+
+
+def _read_dataset() -> list[Params]:
+    """The dataset, if one was exported, put right (a compaction the last worker left
+    part way) and kept; the runs its rehearsal makes (none without a dataset)."""
+    data = _kept_dataset()
+    if not data.root.is_dir():
+        return []
+    finish_interrupted(data.root)
+    keep_dataset()
+    return rehearsals(data)
 
 
 def keep_dataset() -> None:

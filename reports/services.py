@@ -77,13 +77,12 @@ def check_request(*, kind: str, params: Params) -> None:
         value = getattr(params, name)
         if not isinstance(value, datetime) or value.tzinfo is None:
             raise InvalidInput(f"{name} must be a date and time with a time zone", field=name)
-    if params.window_end <= params.window_start:
-        raise InvalidInput("the window must end after it starts", field="window_end")
-    for name in ("window_start", "window_end"):
-        if not EARLIEST <= getattr(params, name) <= LATEST:
+        if not EARLIEST <= value <= LATEST:
             raise InvalidInput(
                 f"{name} must lie between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d}", field=name
             )
+    if params.window_end <= params.window_start:
+        raise InvalidInput("the window must end after it starts", field="window_end")
     if params.window_end - params.window_start > MAX_WINDOW:
         raise InvalidInput("the window may span at most 366 days", field="window_start")
     region = params.region
