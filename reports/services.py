@@ -30,6 +30,7 @@ MAX_WINDOW = timedelta(days=366)
 # The moments a window may hold: the jobs compare with whole days around its ends,
 # which the far ends of the calendar (year 1, 9999) have no room for.
 EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(9000, 1, 1, tzinfo=UTC)
+ENDS = {"window_start": "start (from)", "window_end": "end (to)"}  # as the page names them
 MAX_REGION_CHARS = 128
 ROWS_PER_INSERT = 2000
 # A running report writes its heartbeat every second or so; one silent this long lost
@@ -78,9 +79,8 @@ def check_request(*, kind: str, params: Params) -> None:
         if not isinstance(value, datetime) or value.tzinfo is None:
             raise InvalidInput(f"{name} must be a date and time with a time zone", field=name)
         if not EARLIEST <= value <= LATEST:
-            raise InvalidInput(
-                f"{name} must lie between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d}", field=name
-            )
+            bounds = f"between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d} (UTC)"
+            raise InvalidInput(f"the window's {ENDS[name]} must lie {bounds}", field=name)
     if params.window_end <= params.window_start:
         raise InvalidInput("the window must end after it starts", field="window_end")
     if params.window_end - params.window_start > MAX_WINDOW:
