@@ -8,9 +8,11 @@ Run as a module from the repository root, with the project's interpreter:
 Real parts: Uvicorn, Celery workers running the dispatcher tree, private PostgreSQL and
 Redis (var/bench), and `sn-agent run` from a wheel built from agent/ and installed in a
 virtual environment of its own (var/bench/agent-venv), one process per agent, each
-with its configuration, token file and state folder. Each agent's one action appends
-the notification it is given (one JSON line, from standard input, by `tee -a`) to a
-file of its own: what the action really did, counted outside the agent.
+with its configuration, token file and state folder. The agents verify signatures, as
+installed agents do: the console holds the trust manager's and the sender's keys (in
+var/bench/agent-restarts/signing-keys) and signs each command. Each agent's one action
+appends the notification it is given (one JSON line, from standard input, by `tee -a`)
+to a file of its own: what the action really did, counted outside the agent.
 
 While the commands are published, every agent process is killed with SIGKILL at random
 moments and started again at once, at least `--kills` times. Printed: for each agent,
@@ -24,6 +26,7 @@ directly (the baseline, measured in the same run).
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import random
@@ -142,12 +145,22 @@ def prepare_agents(count: int, bin_folder: Path, url: str) -> list[AgentProcess]
 
 
 def config_text(client, url: str, folder: Path) -> str:
+    from demo.scenario import WEB_SERVER_POLICY, trusted_authorities
+
     stated = {v.name: v.value for v in client.attribute_values.all() if v.source == "client"}
     attributes = "\n".join(f"{name} = {json.dumps(value)}" for name, value in stated.items())
+    (folder / "policy").write_text(WEB_SERVER_POLICY)
+    trusted = ", ".join(f"{n} = {json.dumps(keys)}" for n, keys in trusted_authorities().items())
     return f"""\
 url = "{url}"
 token_file = "token"
 state_dir = "state"
+policy_file = "policy"
+# The action appends to a file in the bench's folder, which is its runner's own.
+action_user = "{getpass.getuser()}"
+
+[trust]
+authorities = {{ {trusted} }}
 
 [attributes]
 {attributes}
@@ -172,6 +185,7 @@ def publish(events: int, rate_per_s: float) -> list[str]:
             selector=SELECTOR,
             lifetime_s=3600,
             channel="commands",
+            console_signs=True,
         )
         published.append(str(event.pk))
         time.sleep(max(0.0, started + (number + 1) / rate_per_s - time.monotonic()))
@@ -291,11 +305,12 @@ def percentile(values: list[float], q: float) -> float:
 def run(args, env: dict[str, str], servers: dict) -> int:
     from django.core.management import call_command
 
-    from demo.scenario import load_scenario
+    from demo.scenario import ensure_signing_keys, load_scenario
 
     call_command("collectstatic", interactive=False, verbosity=0)  # the event pages link them
     fresh_database(env)
     load_scenario(servers=args.agents)
+    ensure_signing_keys()  # the console signs; the agents verify
     shutil.rmtree(FOLDER / "agents", ignore_errors=True)  # journals of an earlier database
     bin_folder = installed_agent()
     log = open(FOLDER / "console.log", "w")  # noqa: SIM115
@@ -345,6 +360,15 @@ def report_speed_and_footprint(agents: list[AgentProcess]) -> None:
           f"{IDLE_WINDOW_S:.0f} s")  # fmt: skip
 
 
+def signing_keys_folder() -> Path:
+    """The bench's own signing keys, beside its own database, made afresh each run (the
+    database is): never the demo's."""
+    keys = FOLDER / "signing-keys"
+    shutil.rmtree(keys, ignore_errors=True)
+    keys.mkdir(mode=0o700)
+    return keys
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.agent_restarts")
     parser.add_argument("--events", type=int, default=2000)
@@ -356,7 +380,7 @@ def main() -> int:
         print("the bench runs on private PostgreSQL and Redis: unset the URLs")
         return 2
     FOLDER.mkdir(parents=True, exist_ok=True)
-    env = _environment()
+    env = {**_environment(), "SIGNING_KEYS_DIR": str(signing_keys_folder())}
     started = provide_services(env)
     os.environ.update(env)
     import django

@@ -39,6 +39,7 @@ from broker.models import Authority, Client, ClientModel
 from broker.reads.clients import clients_with_attributes
 from broker.reads.events import event_status as status_of_event
 from broker.reads.events import event_with_sender, preview_receivers, published_facts
+from broker.reads.reach import refusing_unsigned
 from broker.services import authorities, clients, events, operators
 from broker.services.clients import CLIENT_NAME
 
@@ -281,12 +282,22 @@ class EventIn(Schema):
     signature: str | None = None
 
 
+class UnsignedOut(Schema):
+    # Of the receivers an unsigned event reaches, those whose agents act only on signed
+    # events (they say so at login): each will refuse it.
+    reached: int
+    verifying_receivers: int
+    message: str
+
+
 class PublishedOut(Schema):
     event: UUID
     channel: str
     sequence: int
     published_at: datetime
     expires_at: datetime
+    # Only for an event published without its sender's signature.
+    unsigned: UnsignedOut | None = None
 
 
 class PreviewIn(Schema):
@@ -339,7 +350,23 @@ def publish(request: HttpRequest, payload: EventIn):
     event = events.publish_event(
         sender=request.auth, actor=Actor("client", request.auth.name), **fields
     )
-    return 201, published_facts(event)
+    facts = published_facts(event)
+    if event.seal is None:
+        facts["unsigned"] = _refusals_to_come(request.auth, event)
+    return 201, facts
+
+
+def _refusals_to_come(sender: Client, event) -> dict:
+    """What an unsigned event meets: how many of the receivers it reaches verify
+    signatures, and will refuse it."""
+    selector = events.check_event(sender=sender, content=event.content, selector=event.selector)
+    reached, verifying = refusing_unsigned(sender=sender, content=event.content, selector=selector)
+    message = (
+        f"the event is not signed: {verifying} of the {reached} receivers it reaches verify "
+        "signatures and will refuse it; sign it with the sender's key "
+        "(sn-agent publish, docs/security.md)"
+    )
+    return {"reached": reached, "verifying_receivers": verifying, "message": message}
 
 
 def _idempotency_key(request: HttpRequest, in_body: str | None) -> str | None:

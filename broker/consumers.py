@@ -341,10 +341,16 @@ class AgentConsumer(SendsUntilClosed):
         legacy_after = request.optional(
             "after", int, "a whole number, the last delivery id received", None
         )
-        await self._log_in(request.ref, token, after, legacy_after)
+        agent = protocol.agent_self(request)
+        await self._log_in(request.ref, token, after, legacy_after, agent)
 
     async def _log_in(
-        self, ref: Any, token: str, after: int | None, legacy_after: int | None
+        self,
+        ref: Any,
+        token: str,
+        after: int | None,
+        legacy_after: int | None,
+        agent: protocol.AgentSelf,
     ) -> None:
         peer = "{}:{}".format(*(self.scope.get("client") or ("?", "?")))
         # From the join on, pushes come through the local fan-out and wait for the
@@ -371,7 +377,7 @@ class AgentConsumer(SendsUntilClosed):
         self.login_deadline.cancel()
         self._done_waiting(logged_in=True)
         self.session_recorded = True
-        self._record_presence(presence.Kind.OPENED, peer=peer)
+        self._record_presence(presence.Kind.OPENED, peer=peer, agent=agent)
 
     def _join_blocking(self, client_id: int) -> None:
         """Join the client's group (from the login's worker thread)."""
@@ -550,7 +556,9 @@ class AgentConsumer(SendsUntilClosed):
         if time.monotonic() - self.seen_at >= settings.PRESENCE_REFRESH_S:
             self._record_presence(presence.Kind.SEEN)
 
-    def _record_presence(self, kind: presence.Kind, *, peer: str = "") -> None:
+    def _record_presence(
+        self, kind: presence.Kind, *, peer: str = "", agent=protocol.UNKNOWN_AGENT
+    ) -> None:
         """Record a change of this session in the background, after its previous one
         (so a close never overtakes its open), with the other sessions' changes that
         wait. A failure is logged: the session neither waits for its presence nor ends
@@ -562,7 +570,7 @@ class AgentConsumer(SendsUntilClosed):
             if previous is not None:
                 await previous
             try:
-                await _presence.submit(presence.PresenceChange(client_id, kind, peer))
+                await _presence.submit(presence.PresenceChange(client_id, kind, peer, agent))
             except Exception:
                 logger.exception("recording the presence of client %s failed", client_id)
 

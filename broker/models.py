@@ -301,6 +301,10 @@ class AgentPresence(models.Model):
     connected_since = models.DateTimeField(null=True, blank=True)  # null: no session open
     last_seen_at = models.DateTimeField()
     last_peer = models.CharField(max_length=64, blank=True, default="")  # host:port
+    # What the agent said of itself at its last login (broker.protocol.AgentSelf): its
+    # software, and what it acts on (signed events, anything, nothing; "": unknown).
+    agent_software = models.CharField(max_length=64, blank=True, default="", db_default="")
+    acts_on = models.CharField(max_length=16, blank=True, default="", db_default="")
     # Any write moves it, so that a reader can fetch the rows changed since a moment.
     updated_at = models.DateTimeField(db_index=True)
 

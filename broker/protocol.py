@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from sn_agent.client import ACTS_ON
 
 from broker.errors import BrokerError, InvalidInput
 from broker.inputs import decode_json, printable_text
@@ -228,6 +231,45 @@ class Request:
         if self.body.get(name) is None:
             return default
         return self.require(name, kind, what)
+
+
+# What an agent says of itself at login (`agent`; docs/protocol.md): its software, and
+# what it acts on (the values are the agent library's own).
+AGENT_SOFTWARE_CHARACTERS = 64
+AGENT_SOFTWARE = re.compile(rf"[\x20-\x7e]{{1,{AGENT_SOFTWARE_CHARACTERS}}}")
+
+
+@dataclass(frozen=True)
+class AgentSelf:
+    """An agent's `software` ("sn-agent 0.2.0") and what it `acts_on` (ACTS_ON), as
+    it said at login; empty when it said nothing (an older agent, or another client)."""
+
+    software: str = ""
+    acts_on: str = ""
+
+
+# An agent that said nothing of itself.
+UNKNOWN_AGENT = AgentSelf()
+
+
+def agent_self(request: Request) -> AgentSelf:
+    """`login`'s optional `agent` object, checked (fields it does not know are left for
+    later revisions of the protocol)."""
+    given = request.optional("agent", dict, "an object: {software, acts_on}", None)
+    if given is None:
+        return UNKNOWN_AGENT
+    software = given.get("software", "")
+    if software != "" and not (isinstance(software, str) and AGENT_SOFTWARE.fullmatch(software)):
+        raise InvalidInput(
+            f"agent.software must be 1-{AGENT_SOFTWARE_CHARACTERS} printable ASCII characters",
+            field="agent.software",
+        )
+    acts_on = given.get("acts_on", "")
+    if acts_on != "" and acts_on not in ACTS_ON:
+        raise InvalidInput(
+            f"agent.acts_on must be one of: {', '.join(ACTS_ON)}", field="agent.acts_on"
+        )
+    return AgentSelf(software, acts_on)
 
 
 def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:

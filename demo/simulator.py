@@ -9,7 +9,9 @@ of these processes:
 SPEC is {"url": ..., "load_interval_s": ..., "stats": path or null, "trust": null or
 {"authorities": {NAME: [public keys]}, "policy": text}, "agents": [{"token": ...,
 "values": {hostname, software, version, cgi, load}}, ...]}. With `trust`, each agent
-acts only on signed events that agree (docs/agent.md).
+acts only on signed events that agree (docs/agent.md); without (a console that holds no
+authority's key, as some benchmarks run it), each is configured, and shown on the
+console, as acting on unsigned events (`insecure_accept_unsigned`).
 
 Each simulated server is a folder whose files stand for its state (hostname, cgi, load,
 state), a load that drifts while it runs, and the agent service of the `sn-agent`
@@ -17,7 +19,8 @@ package, configured as a real one would be: static attributes, providers that re
 `cgi` and `load` from those files, and the demo's commands as configured actions, each
 running `web_server_ctl` (in this folder) in the server's folder: `disable-cgi` turns
 CGI off, `shutdown` stops the server (its load drops to zero and stays there), `status`
-reports its state. Alerts (no action) are answered `ok` (`answer_without_action`).
+reports its state. Alerts (no action) are answered `ok` (`answer_without_action`). The
+actions run as the fleet's own user: they change only files in the server's folder.
 The servers' folders, journals included, live in memory-backed storage when the machine
 has it (/dev/shm): their disks are simulated too.
 """
@@ -157,6 +160,7 @@ def agent_config(
         state_dir=folder / "agent", attributes=static, providers=read_file,
         actions=commands, answer_without_action=True, policy_file=policy_file,
         authorities=trust and {k: tuple(v) for k, v in trust["authorities"].items()},
+        insecure_accept_unsigned=not trust,
     )  # fmt: skip
 
 

@@ -286,29 +286,85 @@ def _stream_events(stream: tuple[int, str], batch: list[RoutedEvent]) -> list[Ro
     return [e for e in found if e.id not in in_batch]
 
 
-# A receiver's last sequence in a stream (`pairs`: receiver_id, sender_id, channel):
-# one backward step of the index on (receiver, sender, channel, sequence), whatever
-# the stream's length (a GROUP BY would read every delivery of the stream).
-LAST_SEQUENCE = """
-    SELECT d.sequence FROM broker_delivery AS d
-    WHERE d.receiver_id = pairs.receiver_id AND d.sender_id = pairs.sender_id
-        AND d.channel = pairs.channel
-    ORDER BY d.sequence DESC
-    LIMIT 1
+# A receiver's last sequence in a stream (`pairs`: receiver_id, sender_id, channel,
+# and the stream's `ceiling`, its cursor's last sequence): one backward step of the
+# index on (receiver, sender, channel, sequence), whatever the stream's length (a GROUP
+# BY would read every delivery of the stream). A delivery above the ceiling holds a
+# sequence no event of the stream was ever given (written into the database by hand):
+# it must not stand for the receiver's place and hold back every genuine event after
+# it, so then, and only then, a second step finds the last sequence at or below the
+# ceiling, and the stream is said to be `unbacked` (docs/security.md).
+HELD = """
+    SELECT coalesce(CASE WHEN top.sequence > pairs.ceiling THEN backed.sequence
+                         ELSE top.sequence END, 0) AS sequence,
+        coalesce(top.sequence > pairs.ceiling, false) AS unbacked,
+        top.sequence AS top
+    FROM (SELECT) AS one
+    LEFT JOIN LATERAL (
+        SELECT d.sequence FROM broker_delivery AS d
+        WHERE d.receiver_id = pairs.receiver_id AND d.sender_id = pairs.sender_id
+            AND d.channel = pairs.channel
+        ORDER BY d.sequence DESC
+        LIMIT 1
+    ) AS top ON true
+    LEFT JOIN LATERAL (
+        SELECT d.sequence FROM broker_delivery AS d
+        WHERE top.sequence > pairs.ceiling
+            AND d.receiver_id = pairs.receiver_id AND d.sender_id = pairs.sender_id
+            AND d.channel = pairs.channel AND d.sequence <= pairs.ceiling
+        ORDER BY d.sequence DESC
+        LIMIT 1
+    ) AS backed ON true
+"""
+# The ceilings of the streams named (`s`: sender_id, channel).
+CEILING = """
+    SELECT coalesce(max(c.last_sequence), 0) AS ceiling FROM broker_channelcursor AS c
+    WHERE c.sender_id = s.sender_id AND c.channel = s.channel
 """
 
 POSITIONS = f"""
-SELECT pairs.receiver_id, pairs.sender_id, pairs.channel, last.sequence
+SELECT pairs.receiver_id, pairs.sender_id, pairs.channel, held.sequence, held.unbacked, held.top
 FROM unnest(%s::bigint[]) AS r(receiver_id)
-CROSS JOIN unnest(%s::bigint[], %s::text[]) AS s(sender_id, channel)
-CROSS JOIN LATERAL (SELECT r.receiver_id, s.sender_id, s.channel) AS pairs
-CROSS JOIN LATERAL ({LAST_SEQUENCE}) AS last
+CROSS JOIN (
+    SELECT s.sender_id, s.channel, cursor.ceiling
+    FROM unnest(%s::bigint[], %s::text[]) AS s(sender_id, channel)
+    CROSS JOIN LATERAL ({CEILING}) AS cursor
+) AS s
+CROSS JOIN LATERAL (SELECT r.receiver_id, s.sender_id, s.channel, s.ceiling) AS pairs
+CROSS JOIN LATERAL ({HELD}) AS held
 """
+
+
+# Streams (receiver, sender, channel) whose forged sequences this process reported.
+_reported_unbacked: set[tuple[int, int, str]] = set()
+
+
+def report_unbacked(streams: list[tuple[int, int, str, int]]) -> None:
+    """Audit, once per process, each receiver's stream that holds a sequence no event of
+    the stream was given (written into the database by hand): passed over for the
+    receiver's place, it is told where the auditor looks."""
+    new = [s for s in streams if s[:3] not in _reported_unbacked]
+    if not new:
+        return
+    names = client_names({r for r, *_ in new} | {s for _, s, *_ in new})
+    for receiver, sender, channel, top in new:
+        _reported_unbacked.add((receiver, sender, channel))
+        stream = f"{names.get(sender, sender)}/{channel}"
+        audit.record_refusal(
+            actor=audit.SYSTEM,
+            action="delivery.unbacked_sequence",
+            target=f"client:{names.get(receiver, receiver)}",
+            reason=f"a delivery in {stream} holds sequence {top}, which no event of that "
+            "stream was given (written into the database by hand?): it is passed over, "
+            "and the receiver's genuine events are delivered after the last it holds",
+            details={"stream": stream, "sequence": top},
+        )
 
 
 def _positions(receivers, streams: list[tuple[int, str]]) -> dict[tuple[int, int, str], int]:
     """{(receiver, sender, channel): highest sequence held} for these receivers and
-    streams (none held: absent), in one query."""
+    streams (0: none), in one query; a forged sequence above a stream's is reported and
+    passed over."""
     if not receivers or not streams:
         return {}
     with prepared_cursor() as cursor:
@@ -320,7 +376,9 @@ def _positions(receivers, streams: list[tuple[int, str]]) -> dict[tuple[int, int
                 [channel for _, channel in streams],
             ],
         )
-        return {(receiver, sender, channel): held for receiver, sender, channel, held in cursor}
+        rows = cursor.fetchall()
+    report_unbacked([(r, s, c, top) for r, s, c, _, unbacked, top in rows if unbacked])
+    return {(receiver, sender, channel): held for receiver, sender, channel, held, *_ in rows}
 
 
 def _matches(state: LeafState, receiver_id: int, event: RoutedEvent) -> bool:
@@ -380,10 +438,17 @@ WITH input AS (
         %s::uuid[], %s::bigint[], %s::bigint[], %s::text[], %s::bigint[],
         %s::timestamptz[], %s::bigint[]
     ) WITH ORDINALITY AS t(event_id, receiver_id, sender_id, channel, sequence, at, after, ord)
+), streams AS MATERIALIZED (
+    SELECT s.sender_id, s.channel, cursor.ceiling
+    FROM (SELECT DISTINCT sender_id, channel FROM input) AS s
+    CROSS JOIN LATERAL ({CEILING}) AS cursor
 ), held AS (
-    SELECT pairs.*, coalesce(last.sequence, 0) AS sequence
-    FROM (SELECT DISTINCT receiver_id, sender_id, channel, after FROM input) AS pairs
-    LEFT JOIN LATERAL ({LAST_SEQUENCE}) AS last ON true
+    SELECT pairs.receiver_id, pairs.sender_id, pairs.channel, pairs.after, held.*
+    FROM (
+        SELECT DISTINCT receiver_id, sender_id, channel, after, streams.ceiling
+        FROM input JOIN streams USING (sender_id, channel)
+    ) AS pairs
+    CROSS JOIN LATERAL ({HELD}) AS held
 ), fresh AS (
     SELECT input.*,
         count(*) OVER (PARTITION BY input.receiver_id) AS n,
@@ -391,6 +456,11 @@ WITH input AS (
     FROM input
     JOIN held USING (receiver_id, sender_id, channel, after)
     WHERE held.sequence >= input.after AND input.sequence > held.sequence
+        -- Past a forged sequence, an event may be held already under it: not twice.
+        AND NOT (held.unbacked AND EXISTS (
+            SELECT FROM broker_delivery AS d
+            WHERE d.event_id = input.event_id AND d.receiver_id = input.receiver_id
+        ))
 ), moved AS (
     INSERT INTO broker_receiverstream (client_id, last_position, confirmed_position)
     SELECT receiver_id, count(*), 0 FROM fresh GROUP BY receiver_id ORDER BY receiver_id
@@ -408,9 +478,12 @@ WITH input AS (
     FROM fresh CROSS JOIN ends
     RETURNING id, event_id, receiver_id, position
 )
-SELECT id, event_id, receiver_id, position, NULL::bigint, NULL::text FROM inserted
+SELECT 'inserted', id, event_id, receiver_id, position, NULL::bigint, NULL::text FROM inserted
 UNION ALL
-SELECT NULL, NULL, receiver_id, sequence, sender_id, channel FROM held WHERE sequence < after
+SELECT 'behind', NULL, NULL, receiver_id, sequence, sender_id, channel
+FROM held WHERE sequence < after
+UNION ALL
+SELECT 'unbacked', NULL, NULL, receiver_id, top, sender_id, channel FROM held WHERE unbacked
 """
 
 
@@ -432,12 +505,17 @@ def _insert(rows: list[tuple[NewDelivery, int]]) -> tuple[list[Pushed], dict[tup
     with prepared_cursor() as cursor:
         cursor.execute(INSERT_DELIVERIES, _columns(rows))
         found = cursor.fetchall()
-    inserted = {(str(event), receiver): (row_id, at) for row_id, event, receiver, at, _, _ in found}
+    inserted = {
+        (str(event), receiver): (row_id, at)
+        for kind, row_id, event, receiver, at, _, _ in found
+        if kind == "inserted"
+    }
     behind = {
         (r, sender, channel): held
-        for row_id, _, r, held, sender, channel in found
-        if row_id is None
+        for kind, _, _, r, held, sender, channel in found
+        if kind == "behind"
     }
+    report_unbacked([(r, s, c, top) for kind, _, _, r, top, s, c in found if kind == "unbacked"])
     pending = [delivery for delivery, _ in rows]
     pushed = [_pushed(d, inserted) for d in pending if (d.event_id, d.receiver_id) in inserted]
     pushed.sort(key=lambda p: (p.receiver_id, p.position))

@@ -23,7 +23,7 @@ from typing import NamedTuple
 from broker.models import AgentPresence, Client, Dispatcher
 from broker.reads.clients import attributes_by_client, clients_changed_since, snapshot_xmin
 from broker.reads.policies import newest_policies
-from broker.reads.presence import is_connected
+from broker.reads.presence import is_connected, verifies_signatures
 from policies import Matcher, Policy, Selector
 from policies.expressions import Always
 
@@ -33,13 +33,15 @@ ENTRY_FIELDS = ("id", "name", "model__name", "can_send", "can_receive", "is_acti
 
 
 class Seen(NamedTuple):
-    """A client's presence, as `broker.reads.presence.is_connected` reads it."""
+    """A client's presence, as `broker.reads.presence.is_connected` reads it, and
+    what its agent acts on (broker.reads.presence.verifies_signatures)."""
 
     sessions: int
     last_seen_at: datetime
+    acts_on: str = ""
 
 
-SEEN_FIELDS = ("client_id", "sessions", "last_seen_at", "updated_at")
+SEEN_FIELDS = ("client_id", "sessions", "last_seen_at", "acts_on", "updated_at")
 PRESENCE_OVERLAP = timedelta(seconds=30)
 NEVER = datetime.min.replace(tzinfo=UTC)
 
@@ -86,13 +88,23 @@ class Directory:
         if self._presence_read_to is not None:
             # A write's time is its transaction's start: ask again from a little before.
             rows = rows.filter(updated_at__gte=self._presence_read_to - PRESENCE_OVERLAP)
-        for client_id, sessions, last_seen_at, updated_at in rows.values_list(*SEEN_FIELDS):
-            self.presence[client_id] = Seen(sessions, last_seen_at)
+        for client_id, *seen, updated_at in rows.values_list(*SEEN_FIELDS):
+            self.presence[client_id] = Seen(*seen)
             self._presence_read_to = updated_at
 
     def connected(self, client_id: int, now: datetime) -> bool:
         """Whether the client's agent is connected now (broker.reads.presence.is_connected)."""
         return is_connected(self.presence.get(client_id), now)
+
+    def acts_on(self, client_id: int) -> str:
+        """What the client's agent said it acts on at its last login ("": unknown)."""
+        seen = self.presence.get(client_id)
+        return "" if seen is None else seen.acts_on
+
+    def signature_checking(self, client_id: int) -> str:
+        """Whether the client's agent verifies signatures, as the console says it
+        (broker.reads.presence.verifies_signatures)."""
+        return verifies_signatures(self.acts_on(client_id))
 
     def last_seen(self, client_id: int) -> datetime | None:
         """When the client's agent was last seen (None: never)."""

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Q
+from sn_agent.client import ACTS_ON_ANYTHING, ACTS_ON_NOTHING, ACTS_ON_SIGNED
 
 from broker.errors import InvalidInput
 from broker.models import (
@@ -70,6 +71,22 @@ LAST_SEEN_NEVER = "never"
 
 
 LAST_SEEN_BUCKETS = (*LAST_SEEN_WITHIN, LAST_SEEN_OLDER, LAST_SEEN_NEVER)
+
+# Whether an agent verifies the signatures of what it acts on, as the fleet page and a
+# client's page say it, from what the agent said at its last login (AgentPresence.acts_on).
+VERIFIES_SIGNATURES = {
+    ACTS_ON_SIGNED: "yes",
+    ACTS_ON_ANYTHING: "no: acts on anything",
+    ACTS_ON_NOTHING: "no: runs no action",
+    "": "unknown",
+}
+SIGNATURE_CHECKING = tuple(VERIFIES_SIGNATURES.values())
+
+
+def verifies_signatures(acts_on: str) -> str:
+    """What the console says of an agent that acts on `acts_on` ("" unknown: it never
+    logged in, or its release does not say)."""
+    return VERIFIES_SIGNATURES.get(acts_on, VERIFIES_SIGNATURES[""])
 
 
 def last_seen_bucket(last_seen_at: datetime | None, now: datetime) -> str:

@@ -14,6 +14,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from sn_agent.client import ACTS_ON_ANYTHING, ACTS_ON_NOTHING, ACTS_ON_SIGNED
+
 from broker.models import Client
 from broker.reads.clients import attested_attributes
 from broker.reads.directory import Directory, fresh_directory
@@ -25,6 +27,13 @@ EXAMPLES_PER_REASON = 5
 NO_POLICY_REASON = "it has no policy yet, so it accepts nothing"
 REGION = "region"
 NO_REGION = "(no region)"
+# The send preview's words for agents, by what they act on (AgentPresence.acts_on).
+AGENTS_THAT = {
+    ACTS_ON_SIGNED: "verify signatures",
+    ACTS_ON_ANYTHING: "act on anything unsigned",
+    ACTS_ON_NOTHING: "run no action (no [trust])",
+    "": "of unknown kind",
+}
 
 
 @dataclass(frozen=True)
@@ -62,10 +71,24 @@ class Reach:
     by_region: list[Breakdown] = field(default_factory=list)
     by_model: list[Breakdown] = field(default_factory=list)
     refusing_names: list[str] = field(default_factory=list)
+    # Those accepting, by what their agents act on (AgentPresence.acts_on; "": unknown):
+    # an unsigned event is refused by every agent that acts only on signed ones.
+    acts_on: Counter = field(default_factory=Counter)
 
     @property
     def refusing(self) -> int:
         return self.addressed - self.accepting
+
+    @property
+    def verifying(self) -> int:
+        """Accepting receivers whose agents act only on signed events."""
+        return self.acts_on[ACTS_ON_SIGNED]
+
+    @property
+    def acts_on_labels(self) -> list[tuple[str, int]]:
+        """(what their agents act on, in words; how many), for those accepting."""
+        counts = self.acts_on
+        return [(words, counts[kind]) for kind, words in AGENTS_THAT.items() if counts[kind]]
 
 
 def reach_of(
@@ -92,6 +115,15 @@ def reach_of(
         _count(reach, directory, addressed, accepting)
     reach.refusals.sort(key=lambda refusal: (-refusal.count, refusal.reason))
     return reach
+
+
+def refusing_unsigned(
+    *, sender: Client, content: dict[str, Any], selector: Selector | None
+) -> tuple[int, int]:
+    """(how many receivers the event reaches, how many of them act only on signed
+    events): those refuse it if it goes unsigned."""
+    reach = reach_of(sender=sender, content=content, selector=selector)
+    return reach.accepting, reach.verifying
 
 
 def _addressable(directory: Directory, ids: set[int]) -> set[int]:
@@ -128,6 +160,7 @@ def _count(reach: Reach, directory: Directory, addressed: set[int], accepting: s
         directory.model_counts(addressed), directory.model_counts(refusing)
     )
     reach.refusing_names = sorted(entries[i].name for i in refusing)
+    reach.acts_on = Counter(directory.acts_on(i) for i in accepting)
 
 
 def _breakdowns(addressed: Counter, refusing: Counter) -> list[Breakdown]:

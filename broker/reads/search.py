@@ -14,7 +14,12 @@ from django.utils import timezone
 from broker.models import Client
 from broker.reads.clients import attributes_by_client
 from broker.reads.directory import Directory, fresh_directory
-from broker.reads.presence import LAST_SEEN_BUCKETS, is_connected, last_seen_bucket
+from broker.reads.presence import (
+    LAST_SEEN_BUCKETS,
+    SIGNATURE_CHECKING,
+    is_connected,
+    last_seen_bucket,
+)
 from broker.vocabulary import search_vocabulary
 from policies import PolicySyntaxError, Selector
 from policies.types import format_literal
@@ -25,6 +30,7 @@ MAX_FACET_VALUES = 12
 PAGE_SIZE = 50
 ORDERS = ("name", "-name", "model", "-model", "last_seen", "-last_seen")
 CONNECTED, NOT_CONNECTED = "connected", "not connected"
+VERIFIES_FACET = "verifies signatures"
 MAX_QUERY_LENGTH = 2_000
 
 
@@ -38,6 +44,7 @@ class FleetQuery:
     page: int = 1
     connected: str = ""  # CONNECTED, NOT_CONNECTED, or "" for either
     seen: str = ""  # a LAST_SEEN_BUCKETS label, or "" for any
+    verifies: str = ""  # a SIGNATURE_CHECKING label, or "" for any
 
 
 @dataclass
@@ -88,6 +95,9 @@ def matching_ids(directory: Directory, query: FleetQuery) -> set[int]:
     if query.seen:
         bucket = partial(_bucket, directory, now=now)
         ids = {client_id for client_id in ids if bucket(client_id) == query.seen}
+    if query.verifies:
+        checking = directory.signature_checking
+        ids = {client_id for client_id in ids if checking(client_id) == query.verifies}
     return ids
 
 
@@ -146,9 +156,13 @@ def _presence_facets(directory: Directory, ids: set[int]) -> dict[str, list[Face
         CONNECTED if directory.connected(client_id, now) else NOT_CONNECTED for client_id in ids
     )
     seen = Counter(_bucket(directory, client_id, now=now) for client_id in ids)
+    verifies = Counter(directory.signature_checking(client_id) for client_id in ids)
     return {
         "connected": [FacetValue(label, connected[label]) for label in (CONNECTED, NOT_CONNECTED)],
         "last seen": [FacetValue(label, seen[label]) for label in LAST_SEEN_BUCKETS if seen[label]],
+        VERIFIES_FACET: [
+            FacetValue(label, verifies[label]) for label in SIGNATURE_CHECKING if verifies[label]
+        ],
     }
 
 

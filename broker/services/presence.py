@@ -20,6 +20,7 @@ from django.db import transaction
 
 from broker.models import AgentPresence
 from broker.prepared import int_array, prepared_cursor, text_array
+from broker.protocol import UNKNOWN_AGENT, AgentSelf
 from broker.push import to_consoles
 from broker.reads.presence import presence_window
 
@@ -32,9 +33,11 @@ TABLE = AgentPresence._meta.db_table
 # never wait for each other's rows crosswise.
 OPENED = f"""
 INSERT INTO {TABLE} AS p
-    (client_id, sessions, connected_since, last_seen_at, last_peer, updated_at)
-SELECT i.client, 1, now(), now(), i.peer, now()
-FROM unnest(%(clients)s::bigint[], %(peers)s::text[]) AS i(client, peer)
+    (client_id, sessions, connected_since, last_seen_at, last_peer, agent_software, acts_on,
+     updated_at)
+SELECT i.client, 1, now(), now(), i.peer, i.software, i.acts_on, now()
+FROM unnest(%(clients)s::bigint[], %(peers)s::text[], %(software)s::text[],
+            %(acts_on)s::text[]) AS i(client, peer, software, acts_on)
 ORDER BY i.client
 ON CONFLICT (client_id) DO UPDATE SET
     sessions = CASE WHEN p.last_seen_at < now() - %(window)s THEN 1 ELSE p.sessions + 1 END,
@@ -42,6 +45,8 @@ ON CONFLICT (client_id) DO UPDATE SET
                       ELSE coalesce(p.connected_since, now()) END,
     last_seen_at = now(),
     last_peer = EXCLUDED.last_peer,
+    agent_software = EXCLUDED.agent_software,
+    acts_on = EXCLUDED.acts_on,
     updated_at = now()
 """
 
@@ -89,12 +94,13 @@ class Kind(StrEnum):
 
 @dataclass(frozen=True)
 class PresenceChange:
-    """What a session tells of its client: it opened (logged in from `peer`, host:port),
-    closed, or was heard from."""
+    """What a session tells of its client: it opened (logged in from `peer`, host:port,
+    its agent saying what it is and acts on), closed, or was heard from."""
 
     client_id: int
     kind: Kind
     peer: str = ""
+    agent: AgentSelf = UNKNOWN_AGENT
 
 
 def record(changes: list[PresenceChange]) -> list[bool]:
@@ -108,11 +114,14 @@ def record(changes: list[PresenceChange]) -> list[bool]:
     refresh = timedelta(seconds=settings.PRESENCE_REFRESH_S)
     opened = by_kind[Kind.OPENED]
     peers = text_array(change.peer[:PEER_LENGTH] for change in opened)
+    software = text_array(change.agent.software for change in opened)
+    acts_on = text_array(change.agent.acts_on for change in opened)
     # All or nothing: a batch that fails is run again change by change, and a session
     # counted twice would look connected for ever.
     with transaction.atomic():
         written = {row[0] for row in _run(SEEN, by_kind[Kind.SEEN], refresh=refresh)}
-        _run(OPENED, opened, peers=peers, window=presence_window())
+        _run(OPENED, opened, peers=peers, software=software, acts_on=acts_on,
+             window=presence_window())  # fmt: skip
         _run(CLOSED, by_kind[Kind.CLOSED])
     opened_or_closed = [c.client_id for c in changes if c.kind != Kind.SEEN]
     if opened_or_closed:
@@ -120,9 +129,10 @@ def record(changes: list[PresenceChange]) -> list[bool]:
     return [change.kind != Kind.SEEN or change.client_id in written for change in changes]
 
 
-def session_opened(*, client_id: int, peer: str) -> None:
-    """A session of the client logged in from `peer` (host:port)."""
-    record([PresenceChange(client_id, Kind.OPENED, peer)])
+def session_opened(*, client_id: int, peer: str, agent: AgentSelf = UNKNOWN_AGENT) -> None:
+    """A session of the client logged in from `peer` (host:port); its agent says
+    what it is and what it acts on (`agent`)."""
+    record([PresenceChange(client_id, Kind.OPENED, peer, agent)])
 
 
 def session_closed(*, client_id: int) -> None:

@@ -16,7 +16,7 @@ register = template.Library()
 
 QUERY_PARAMETERS = {
     "text": "q", "model": "model", "connected": "connected", "seen": "seen",
-    "order": "sort", "page": "page",
+    "verifies": "verifies", "order": "sort", "page": "page",
 }  # fmt: skip
 DETAIL_TEXT = 60  # characters of a detail's value shown in the audit log's table
 SHOWN_DETAIL_NAMES = 3

@@ -18,7 +18,7 @@ from broker.reads.clients import attribute_provenance, client_named
 from broker.reads.deliveries import delivery_states, recent_deliveries, stream_of
 from broker.reads.events import event_with_sender
 from broker.reads.history import policy_history
-from broker.reads.presence import is_connected, presence_of
+from broker.reads.presence import is_connected, presence_of, verifies_signatures
 from broker.reads.progress import recent_events
 from broker.reads.sending import sending_candidates, sending_holder, sending_holders
 from broker.roles import DELEGATE_SENDING, MANAGE_CLIENTS, READ
@@ -49,6 +49,7 @@ def _page_context(request: HttpRequest, client: Client) -> dict:
     return {
         "presence": presence,
         "connected": is_connected(presence, timezone.now()),
+        "verifies": verifies_signatures(presence.acts_on if presence else ""),
         "now": timezone.now(),
         "client": client,
         "declared": list(client.model.attributes.order_by("name")),

@@ -8,7 +8,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from broker.models import Client
 from broker.reads.directory import fresh_directory
-from broker.reads.presence import LAST_SEEN_BUCKETS
+from broker.reads.presence import LAST_SEEN_BUCKETS, SIGNATURE_CHECKING
 from broker.reads.search import CONNECTED, NOT_CONNECTED, FleetQuery, matching_ids, search_fleet
 from broker.roles import MANAGE_CLIENTS, READ
 from broker.services import clients as client_services
@@ -37,6 +37,7 @@ def fleet_query(params: QueryDict) -> FleetQuery:
         page=page,
         connected=_one_of(params.get("connected", ""), (CONNECTED, NOT_CONNECTED)),
         seen=_one_of(params.get("seen", ""), LAST_SEEN_BUCKETS),
+        verifies=_one_of(params.get("verifies", ""), SIGNATURE_CHECKING),
     )
 
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.services.clients import issue_token
 from demo.scenario import load_scenario
-from tests.agent.running_agent import SERVER, RunningAgent
-from tests.broker.agent_helpers import ISSUER, agent_url
+from tests.agent.running_agent import SERVER, verifying_agent
 from tests.broker.tree_helpers import wait_until_idle
 
 
@@ -22,13 +20,12 @@ def web_server(celery_worker):
 
 @pytest.fixture
 def agent(asgi_server, web_server, tmp_path):
-    """web-00000's agent, configured in this test's folder and not started yet."""
-    _, server = web_server
-    running = RunningAgent(
-        tmp_path, agent_url(asgi_server), issue_token(client=server, actor=ISSUER)
-    )
+    """web-00000's agent, configured in this test's folder as docs/agent.md installs it
+    (it verifies signatures), and not started yet."""
+    running = verifying_agent(tmp_path, asgi_server, web_server)
     yield running
     if running.process is not None:
         if running.process.poll() is None:
             running.process.kill()
-        print(running.process.communicate(timeout=30)[0])  # shown when the test fails
+            running.process.wait(timeout=30)
+        print(running.log.read_text())  # shown when the test fails

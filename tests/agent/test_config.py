@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
-from sn_agent.config import ConfigError, check, load
+from sn_agent.config import ConfigError, check, from_dict, load
 
 GOOD = """\
 url = "wss://console.example.com/ws/agent/v1/"
@@ -131,11 +132,61 @@ def test_check_config_exits_2_naming_a_missing_program(tmp_path):
     assert "actions.shutdown.command: 'no-such-program-here' is not an executable" in done.stderr
 
 
+KEY = "ed25519:8P1ZfXcZ3Oq3cbm7n0vY6YbqgIhVb2m5wq8Lx6vY9zE="
+TRUST = f'[trust]\nauthorities = {{ inventory = ["{KEY}"] }}\n'
+
+
 def test_check_config_says_what_it_found_in_a_good_file(tmp_path):
-    done = sn_agent("check-config", write(tmp_path, GOOD))
+    done = sn_agent("check-config", write(tmp_path, GOOD + TRUST))
 
     assert done.returncode == 0, done.stderr
-    assert "ok (3 static attributes, 2 providers, 2 actions)" in done.stdout
+    assert "ok (3 static attributes, 2 providers, 2 actions; acts only on signed events)" in (
+        done.stdout
+    )
+
+
+def test_check_config_warns_that_an_agent_without_trust_will_refuse_every_action(tmp_path):
+    done = sn_agent("check-config", write(tmp_path, GOOD))
+
+    assert done.returncode == 0 and "runs no action: no [trust])" in done.stdout
+    assert "warning: no [trust]: every action (disable-cgi, shutdown) will be refused" in (
+        done.stderr
+    )
+
+
+def test_check_config_flags_an_agent_that_acts_on_unsigned_events(tmp_path):
+    done = sn_agent("check-config", write(tmp_path, "insecure_accept_unsigned = true\n" + GOOD))
+
+    assert done.returncode == 0 and "INSECURE: acts on unsigned events" in done.stdout
+    assert "warning: insecure_accept_unsigned = true: this agent runs whatever" in done.stderr
+
+
+def test_acting_on_unsigned_events_and_verifying_them_contradict_each_other(tmp_path):
+    error = error_of(tmp_path, "insecure_accept_unsigned = true\n" + GOOD + TRUST)
+
+    assert error.where == "insecure_accept_unsigned" and "contradicts [trust]" in error.message
+
+
+def test_an_action_without_user_runs_as_nobody_when_the_agent_is_root(tmp_path):
+    write(tmp_path, "")
+    as_root = from_dict(tomllib.loads(GOOD), source=tmp_path / "agent.toml", euid=0)
+    as_user = from_dict(tomllib.loads(GOOD), source=tmp_path / "agent.toml", euid=1000)
+    chosen = from_dict(
+        tomllib.loads('action_user = "www-data"\n' + GOOD), source=tmp_path / "a.toml", euid=0
+    )
+
+    assert {a.user for a in as_root.actions.values()} == {"nobody"}
+    assert {a.user for a in as_user.actions.values()} == {None}  # itself: not root
+    assert {a.user for a in chosen.actions.values()} == {"www-data"}
+
+
+def test_check_config_names_every_action_that_runs_as_root(tmp_path):
+    text = GOOD.replace("idempotent = true", 'idempotent = true\nuser = "root"') + TRUST
+    done = sn_agent("check-config", write(tmp_path, text))
+
+    assert done.returncode == 0
+    assert done.stderr.count("runs as root") == 1
+    assert "warning: actions.shutdown: runs as root" in done.stderr
 
 
 def test_check_config_names_an_action_user_that_does_not_exist(tmp_path):

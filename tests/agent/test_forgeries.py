@@ -5,21 +5,26 @@ the forgeries are written straight into the database and Redis."""
 
 from __future__ import annotations
 
+import getpass
 import uuid
-from datetime import timedelta
+from pathlib import Path
 
 import pytest
-from django.utils import timezone
-from sn_agent.journal import Journal
-from sn_agent.signatures import event_envelope, new_private_key, public_key_text, sign
 
-from broker.models import Client, Delivery, Event, ReceiverStream
-from broker.push.to_agents import Pushed, push
+from broker.models import AgentPresence, Delivery, Event, ReceiverStream
+from broker.push.to_agents import push
 from broker.services.events import publish_event
-from broker.services.signing_keys import make_authority_key, make_sender_key
-from demo.scenario import WEB_SERVER_POLICY
-from tests.agent.running_agent import SERVER, wait_answered
-from tests.broker.agent_helpers import ISSUER, wait_for
+from tests.agent.attacker import (
+    answered,
+    forged_delivery,
+    forged_event,
+    forged_push,
+    redelivered,
+    self_signed_seal,
+    stopped_after_refusals,
+)
+from tests.agent.running_agent import SERVER, command, wait_answered
+from tests.broker.agent_helpers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,16 +32,8 @@ SENDER = "intellimune-national"
 
 
 @pytest.fixture
-def verifying_agent(agent, web_server):
-    """web-00000's agent trusting the trust manager's key; the console holds that key
-    and the national controller's, so that operators' sends to it are signed."""
-    scenario, _ = web_server
-    authority_key = make_authority_key(authority=scenario.trust_manager, actor=ISSUER)
-    for sender in (SENDER, "northwest-controller"):
-        make_sender_key(client=scenario.controllers[sender], actor=ISSUER)
-    (agent.folder / "policy").write_text(WEB_SERVER_POLICY)
-    trust = f'[trust]\nauthorities = {{ trust-manager = ["{authority_key}"] }}\n'
-    agent.config.write_text(f'policy_file = "policy"\n{agent.config.read_text()}\n{trust}')
+def verifying_agent(agent):
+    """web-00000's agent, started: it verifies (tests/agent/conftest.py)."""
     agent.start()
     return agent
 
@@ -137,82 +134,53 @@ def test_a_genuine_event_delivered_where_its_sender_or_the_policy_did_not_agree_
     assert verifying_agent.recorded() == []
 
 
-# The attacker's moves --------------------------------------------------------------------
+# An agent installed as docs/agent.md's smallest configuration: no [trust] --------------
 
 
-def forged_event(genuine: Event, **changes) -> Event:
-    fields = {
-        field.attname: getattr(genuine, field.attname) for field in Event._meta.concrete_fields
-    }
-    taken = Event.objects.filter(sender_id=genuine.sender_id, channel=genuine.channel).count()
-    fields.update(id=uuid.uuid4(), sequence=genuine.sequence + 100 + taken, idempotency_key="")
-    fields.update(published_at=timezone.now(), expires_at=timezone.now() + timedelta(hours=1))
-    fields.pop("txid")
-    fields.update(changes)
-    if "seal" not in changes:
-        fields["seal"] = genuine.seal
-    return Event.objects.create(**fields)
-
-
-def self_signed_seal(genuine: Event, event_id: uuid.UUID) -> dict:
-    """A seal signed with a key of the attacker's, named as the sender's own (and the
-    genuine event's attestations, which bind the sender's real key)."""
-    key = new_private_key()
-    fields = {**genuine.seal, "key": public_key_text(key.public_key())}
-    envelope = event_envelope(
-        event_id=str(event_id), content=genuine.content, channel=genuine.channel,
-        **{k: fields[k] for k in ("sender", "key", "selector", "lifetime_s", "signed_at")},
-    )  # fmt: skip
-    return {**fields, "signature": sign(key, envelope)}
-
-
-def next_position() -> int:
-    stream, _ = ReceiverStream.objects.get_or_create(client=Client.objects.get(name=SERVER))
-    stream.last_position += 1
-    stream.save()
-    return stream.last_position
-
-
-def forged_delivery(event: Event) -> Delivery:
-    return Delivery.objects.create(
-        event=event, receiver=Client.objects.get(name=SERVER), sender_id=event.sender_id,
-        channel=event.channel,
-        sequence=event.sequence, position=next_position(), delivered_at=timezone.now(),
-    )  # fmt: skip
-
-
-def redelivered(genuine: Event) -> Delivery:
-    """The genuine event's delivery, moved to a new position as if never answered."""
-    delivery = Delivery.objects.get(event=genuine)
-    Delivery.objects.filter(pk=delivery.pk).update(
-        position=next_position(), state=Delivery.State.PENDING, acked_at=None, result=None
+def smallest_configuration(agent) -> str:
+    """docs/agent.md's smallest configuration, pointed at this test's console, token,
+    folder and recording action."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "agent.md").read_text()
+    section = doc.split("## The smallest configuration", 1)[1]
+    text = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    recording = agent.config.read_text().split("[actions.disable-cgi]", 1)[1].split("\n\n")[0]
+    return (
+        text.replace("wss://console.example.com/ws/agent/v1/", agent.url)
+        .replace("/etc/sn-agent/token", "token")
+        .replace("/var/lib/sn-agent", "state")
+        .replace("[actions.status]", f'action_user = "{getpass.getuser()}"\n[actions.disable-cgi]')
+        .replace('command = ["/usr/local/bin/web-status", "--json"]', recording.strip())
     )
-    return delivery
 
 
-def answered(delivery: Delivery) -> bool:
-    return Delivery.objects.get(pk=delivery.pk).state in ("acked", "failed")
+def test_an_agent_as_the_docs_smallest_configuration_runs_nothing_signed_or_not(agent, web_server):
+    agent.config.write_text(smallest_configuration(agent))
+    agent.start()
+    unsigned = command(web_server, "disable-cgi", signed=False)
+    genuine = command(web_server, "disable-cgi")
+    wait_answered(genuine)
+    agent.stop()
+    altered = forged_event(genuine, content={"kind": "command", "action": "disable-cgi", "x": 1})
+    deliveries = [forged_delivery(altered)]
+    agent.start()
+    scenario, _ = web_server
+    alert = publish_event(
+        sender=scenario.controllers["northwest-controller"],
+        content={"kind": "alert", "alert": "worm", "threat_level": 4},
+        selector=f'receiver.hostname == "{SERVER}"',
+        console_signs=True,
+    )
+
+    wait_for(lambda: all(answered(d) for d in deliveries), "the altered one was answered")
+    for event in (unsigned, genuine, altered):
+        assert "not acted on: this agent has no [trust]" in refusal_of(event)
+    wait_for(lambda: delivery_state(alert) == "delivered", "the alert was noted")
+    assert agent.recorded() == []
+    output = agent.stop()
+    assert '"acts_on": "nothing"' in output and '"event": "refused"' in output
+    assert AgentPresence.objects.get(client__name=SERVER).acts_on == "nothing"
 
 
-def forged_push(genuine, receiver, position, content, seal, *, new_id=False) -> Pushed:
-    event_id = str(uuid.uuid4()) if new_id else str(genuine.pk)
-    return Pushed(
-        delivery_id=10**9 + position, position=position, receiver_id=receiver,
-        event_id=event_id, sender_id=genuine.sender_id, channel=genuine.channel,
-        sequence=genuine.sequence, content=content, seal=seal, seal_read=True,
-    )  # fmt: skip
-
-
-def stopped_after_refusals(agent, count: int) -> str:
-    """The agent's output once it has refused `count` notifications (it is stopped)."""
-    refusals = agent.folder / "state"
-    wait_for(lambda: _refused_in_journal(refusals) >= count, f"{count} refusals")
-    return agent.stop()
-
-
-def _refused_in_journal(state_dir) -> int:
-    journal = Journal(state_dir, read_only=True)
-    try:
-        return sum(1 for e in journal.latest(50) if "not acted on" in str(e.result))
-    finally:
-        journal.db.close()
+def delivery_state(event) -> str | None:
+    delivery = Delivery.objects.filter(event=event).first()
+    return delivery and delivery.state

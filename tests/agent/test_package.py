@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 
 from broker.models import Delivery
-from broker.services.clients import issue_token
-from tests.agent.running_agent import SERVER, RunningAgent, command, wait_answered
-from tests.broker.agent_helpers import ISSUER, agent_url
+from tests.agent.running_agent import SERVER, command, verifying_agent, wait_answered
 
 AGENT = Path(__file__).resolve().parents[2] / "agent"
 
@@ -61,15 +59,11 @@ def test_the_installed_wheel_brings_no_django_and_answers_help(installed):
 def test_the_installed_agent_checks_its_config_and_runs_an_action(
     installed, asgi_server, web_server, tmp_path
 ):
-    _, server = web_server
-    agent = RunningAgent(tmp_path, agent_url(asgi_server), issue_token(client=server, actor=ISSUER))
+    agent = verifying_agent(tmp_path, asgi_server, web_server)
     checked = run([installed / "sn-agent", "check-config", "--config", agent.config])
-    assert "ok (4 static attributes, 1 providers, 3 actions)" in checked
+    assert "ok (4 static attributes, 1 providers, 3 actions; acts only on signed events)" in checked
 
-    agent.process = subprocess.Popen(
-        [installed / "sn-agent", "run", "--config", agent.config],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    agent.start([installed / "sn-agent"])
     try:
         delivery: Delivery = wait_answered(command(web_server, "disable-cgi"))
     finally:

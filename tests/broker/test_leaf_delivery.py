@@ -121,6 +121,30 @@ def test_a_receiver_behind_in_one_stream_gets_its_other_streams_in_the_same_batc
     assert [d.position for d in deliveries] == list(range(1, 7))
 
 
+def test_a_forged_sequence_far_ahead_in_a_stream_does_not_hold_back_the_genuine_events(stream):
+    # Written into the database by whoever holds its password: a delivery moved to a
+    # sequence the stream never reached. Taken for the receiver's place, every genuine
+    # event after it would be skipped for this receiver, silently.
+    receiver, events = stream
+    arrive(receiver.dispatcher_id, events)
+    Delivery.objects.filter(receiver=receiver, sequence=5).update(sequence=10**9)
+
+    arrive(receiver.dispatcher_id, commands(events[0].sender, channel="ops", count=1))
+
+    assert sequences_in_position_order(receiver) == [1, 2, 3, 4, 10**9, 6]
+    told = AuditEntry.objects.using("audit").get(action="delivery.unbacked_sequence")
+    assert told.target == "client:web-00000" and "holds sequence 1000000000" in told.reason
+
+
+def test_a_forged_sequence_far_ahead_does_not_hold_back_a_receiver_behind_either(stream):
+    receiver, events = stream
+    arrive(receiver.dispatcher_id, events)
+    Delivery.objects.filter(receiver=receiver, sequence=5).update(sequence=10**9)
+    later = commands(events[0].sender, channel="ops", count=3)
+    arrive(receiver.dispatcher_id, later[2:])  # the first two held up upstream: planned here
+    assert sequences_in_position_order(receiver) == [1, 2, 3, 4, 10**9, 6, 7, 8]
+
+
 WORM_ALERT = {"kind": "alert", "alert": "worm", "threat_level": 4}
 
 

@@ -35,8 +35,9 @@ OUTPUT_BYTES = 1024
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Fixed text. The gate's standard input is the gate, its output the mark, its errors
 # the output file; $1 is the notification's file, then comes the command, as "$@":
-# nothing of it is ever parsed. (Only descriptors 0 to 2: a POSIX shell need not
-# redirect any other above 9.)
+# nothing of it is ever parsed. The file is given as /dev/fd/N, a descriptor the agent
+# opened: an action run as another user cannot reach the agent's state folder (0700),
+# and need not. (Not `<&N`: a POSIX shell need not redirect a descriptor above 9.)
 GATE = (
     'input=$1; shift; read -r go || exit 125; printf "started %s\\n" "$$"; '
     '"$@" <"$input" >&2; code=$?; printf "exit %s\\n" "$code"; exit "$code"'
@@ -72,8 +73,9 @@ class RunFiles:
 
     def write_input(self, payload: dict, *, owner: Optional[str] = None) -> None:
         """The notification, for the command's standard input; readable by `owner`
-        alone when the action runs as another user (the folder is only traversable)."""
-        self.input.parent.mkdir(mode=0o711, exist_ok=True)
+        alone when the action runs as another user (who opens it through the agent's
+        descriptor, never through the folder)."""
+        self.input.parent.mkdir(mode=0o700, exist_ok=True)
         if self.input.exists():  # a run again after a restart: the old one is read-only
             self.input.unlink()
         self.input.write_text(json.dumps(payload) + "\n", encoding="utf-8")
@@ -147,11 +149,12 @@ async def start(action: Action, notification, files: RunFiles) -> Gated:
     files.write_input(_payload(notification), owner=action.user)
     gate_read, gate_write = os.pipe()
     try:
-        with open(files.mark, "wb") as mark, open(files.output, "wb") as output:
+        with open(files.mark, "wb") as mark, open(files.output, "wb") as output, \
+                open(files.input, "rb") as given:  # fmt: skip
             process = await asyncio.create_subprocess_exec(
-                "/bin/sh", "-c", GATE, GATE_NAME, str(files.input), *action.command,
+                "/bin/sh", "-c", GATE, GATE_NAME, f"/dev/fd/{given.fileno()}", *action.command,
                 stdin=gate_read, stdout=mark, stderr=output, start_new_session=True,
-                cwd=str(action.cwd) if action.cwd else None,
+                pass_fds=(given.fileno(),), cwd=str(action.cwd) if action.cwd else None,
                 env=environment(action, notification), **as_user(action),
             )  # fmt: skip
     except BaseException:

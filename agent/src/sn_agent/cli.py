@@ -5,6 +5,9 @@ one session by hand to try the protocol.
     sn-agent check-config --config /etc/sn-agent/agent.toml
     sn-agent status --config /etc/sn-agent/agent.toml [--json]
     sn-agent session ws://console:8000/ws/agent/v1/ --token snt_... --set load=0.4 --listen
+    sn-agent keygen --out sender.pem
+    sn-agent publish wss://console/ws/agent/v1/ --token-file token --key-file sender.pem \
+        --content '{"kind": "command", "action": "status"}' --selector '...'
 """
 
 from __future__ import annotations
@@ -18,13 +21,27 @@ import time
 from dataclasses import asdict
 from typing import Any, Dict, List, Optional
 
-from sn_agent import __version__
+from sn_agent import __version__, publisher
 from sn_agent.actions import alive
-from sn_agent.client import Agent, AgentError, Notification, SessionEnded
-from sn_agent.config import ConfigError, check, load
+from sn_agent.client import (
+    ACTS_ON_ANYTHING,
+    ACTS_ON_NOTHING,
+    ACTS_ON_SIGNED,
+    Agent,
+    AgentError,
+    Notification,
+    SessionEnded,
+)
+from sn_agent.config import ConfigError, check, load, warnings
 from sn_agent.journal import Journal, StateInUse
 
 DEFAULT_CONFIG = "/etc/sn-agent/agent.toml"
+# What check-config says an agent acts on (sn_agent.config.Config.acts_on).
+ACTS_ON_WORDS = {
+    ACTS_ON_SIGNED: "acts only on signed events",
+    ACTS_ON_ANYTHING: "INSECURE: acts on unsigned events",
+    ACTS_ON_NOTHING: "runs no action: no [trust]",
+}
 STATUS_DELIVERIES = 10
 
 
@@ -41,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--config", default=DEFAULT_CONFIG, metavar="FILE")
     status.add_argument("--json", action="store_true", help="as one JSON object")
     add_session_parser(commands)
+    publisher.add_parsers(commands)
     return parser
 
 
@@ -77,8 +95,11 @@ def command_check_config(args: argparse.Namespace) -> int:
         return 2
     print(
         f"{args.config}: ok ({len(config.attributes)} static attributes, "
-        f"{len(config.providers)} providers, {len(config.actions)} actions)"
+        f"{len(config.providers)} providers, {len(config.actions)} actions; "
+        f"{ACTS_ON_WORDS[config.acts_on]})"
     )
+    for warning in warnings(config):
+        print(f"sn-agent: {args.config}: warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -227,4 +248,6 @@ COMMANDS = {
     "check-config": command_check_config,
     "status": command_status,
     "session": command_session,
+    "keygen": publisher.command_keygen,
+    "publish": publisher.command_publish,
 }

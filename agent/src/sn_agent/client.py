@@ -46,6 +46,20 @@ HEARTBEAT_MAX_S = 30.0
 CLOSE_CONFIRM_TIMEOUT_S = 2.0
 # How long a login whose socket closed waits for the reader to say why it closed.
 CLOSE_READ_S = 1.0
+# What an agent acts on, as it says at login (`agent.acts_on`, docs/protocol.md):
+# events whose sender's signature and attestations hold ([trust]); anything the
+# console hands it (insecure_accept_unsigned); or no action at all (neither: it still
+# notes alerts).
+ACTS_ON_SIGNED, ACTS_ON_ANYTHING, ACTS_ON_NOTHING = "signed", "anything", "nothing"
+ACTS_ON = (ACTS_ON_SIGNED, ACTS_ON_ANYTHING, ACTS_ON_NOTHING)
+# The share of the server's frame rate and burst (its welcome's `limits`) an agent
+# allows itself: what crosses the network late arrives bunched, and the server refuses
+# a frame over its limit without reading it.
+PACE_SHARE = 0.8
+BURST_SHARE = 0.5
+# How often a frame refused for its rate (not processed, so safe to send again) is sent
+# again, a pace's interval apart, before the refusal is the caller's.
+RATE_RETRIES = 20
 
 
 # What `_confirm` returns when the server did not answer in time.
@@ -117,9 +131,46 @@ Result = Tuple[str, Optional[dict]]
 Handler = Callable[[Notification], Union[Result, Awaitable[Optional[Result]], None]]
 
 
+class Pace:
+    """Frames sent under the server's rate limit: a token bucket like the server's own
+    (broker.protocol.TokenBucket), at a share of its rate and burst. A frame waits for
+    its token instead of being refused, unanswered, for coming too fast."""
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = burst
+        self.updated = time.monotonic()
+
+    @classmethod
+    def from_limits(cls, limits: Any) -> Optional[Pace]:
+        """The pace for a welcome's `limits` (None: the server states none)."""
+        limits = limits if isinstance(limits, dict) else {}
+        rate, burst = limits.get("frames_per_s"), limits.get("burst")
+        if not all(isinstance(v, (int, float)) and v > 0 for v in (rate, burst)):
+            return None
+        return cls(rate * PACE_SHARE, max(1.0, burst * BURST_SHARE))
+
+    @property
+    def interval_s(self) -> float:
+        return 1.0 / self.rate
+
+    async def take(self) -> None:
+        """Wait for a token, and take it."""
+        while True:
+            now = time.monotonic()
+            self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+            self.updated = now
+            if self.tokens >= 1:
+                self.tokens -= 1
+                return
+            await asyncio.sleep((1 - self.tokens) / self.rate)
+
+
 class _Session:
     """One WebSocket connection and what belongs to it alone: its reader, its requests
-    waiting for answers, and how it ended. Nothing of it outlives the connection."""
+    waiting for answers, its pace, and how it ended. Nothing of it outlives the
+    connection."""
 
     def __init__(self, socket) -> None:
         self.socket = socket
@@ -128,6 +179,7 @@ class _Session:
         self.tasks: list[asyncio.Task] = []
         self.welcomed = False  # its login was accepted
         self.busy: Optional[dict] = None  # the server's `busy` refusal, as it connected
+        self.pace: Optional[Pace] = None  # from the welcome's limits
 
     def end(self, error: BaseException) -> None:
         """Fail the requests still waiting and record why the session ended."""
@@ -171,9 +223,13 @@ class Agent:
         *,
         after_position: int | None = None,
         observer: Callable[[Notification], None] | None = None,
+        about: dict | None = None,
     ) -> None:
         self.url = url
         self.token = token
+        # What the agent says of itself at login: {"software": "sn-agent 0.2.0",
+        # "acts_on": "signed"} (docs/protocol.md); the console shows it.
+        self.about = about
         # Sees every notification as it comes off the wire, repeats included, before
         # any ordering (for monitoring and benchmarks; the application uses run()).
         self.observer = observer
@@ -233,6 +289,8 @@ class Agent:
         login = {"type": "login", "token": self.token}
         if self.position is not None:
             login["after_position"] = self.position
+        if self.about is not None:
+            login["agent"] = self.about
         try:
             self.welcome = await self.request(login)
         except ConnectionClosed as closed:
@@ -246,6 +304,7 @@ class Agent:
             await self._end_session()
             raise
         session.welcomed = True
+        session.pace = Pace.from_limits(self.welcome.get("limits"))
         session.tasks.append(asyncio.create_task(self._heartbeat(session)))
         return self.welcome
 
@@ -268,10 +327,25 @@ class Agent:
             await session.close()
 
     async def request(self, frame: dict) -> dict:
-        """Send a request and wait for its answer; raise AgentError if refused."""
+        """Send a request and wait for its answer; raise AgentError if refused. Frames
+        keep to the server's pace; one refused for its rate anyway (it was not read)
+        is sent again."""
+        for attempt in range(RATE_RETRIES):
+            try:
+                return await self._request_once(frame)
+            except AgentError as error:
+                pace = self._session.pace if self._session is not None else None
+                if error.code != "rate_limited" or pace is None or attempt == RATE_RETRIES - 1:
+                    raise
+                await asyncio.sleep(pace.interval_s)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _request_once(self, frame: dict) -> dict:
         session = self._session
         if session is None or session.ended.done():
             raise NotConnected("not connected")
+        if session.pace is not None:
+            await session.pace.take()
         ref = str(next(self._refs))
         future = asyncio.get_running_loop().create_future()
         session.pending[ref] = future

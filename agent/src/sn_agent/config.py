@@ -13,9 +13,10 @@ import sys
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from sn_agent import expressions, signatures
+from sn_agent.client import ACTS_ON_ANYTHING, ACTS_ON_NOTHING, ACTS_ON_SIGNED
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -24,12 +25,18 @@ else:  # pragma: no cover - Python 3.9 and 3.10
 
 ATTRIBUTE_TYPES = ("string", "int", "float", "bool", "version")
 TOP_LEVEL_KEYS = ("url", "token_file", "state_dir", "policy_file", "attributes", "providers")
-TOP_LEVEL_KEYS += ("actions", "answer_without_action", "trust")
+TOP_LEVEL_KEYS += ("actions", "answer_without_action", "trust", "insecure_accept_unsigned")
+TOP_LEVEL_KEYS += ("action_user",)
 TRUST_KEYS = ("authorities",)
 PROVIDER_KEYS = ("command", "file", "interval_s", "type", "field", "timeout_s")
 ACTION_KEYS = ("command", "timeout_s", "user", "cwd", "env", "idempotent")
 DEFAULT_ACTION_TIMEOUT_S = 60.0
 DEFAULT_PROVIDER_TIMEOUT_S = 10.0
+# Who an action without `user` runs as when the agent runs as root: nobody with a say
+# over the server. An action that needs root says `user = "root"`, and check-config
+# names it.
+DEFAULT_ACTION_USER = "nobody"
+ROOT = "root"
 
 
 class ConfigError(Exception):
@@ -86,11 +93,25 @@ class Config:
     # public keys (sn_agent.signatures). Set, the agent acts only on events whose
     # sender's signature and attestations hold; None: it checks no signature.
     authorities: Optional[Dict[str, Tuple[str, ...]]] = None
+    # Without [trust]: act on events nobody signed (the console's word alone). Off by
+    # default: whoever writes the console's database could then run every action here.
+    insecure_accept_unsigned: bool = False
 
     @property
     def verifies(self) -> bool:
         """Whether notifications must carry a seal that holds before anything is run."""
         return self.authorities is not None
+
+    @property
+    def acts_on(self) -> str:
+        """What this agent acts on: ACTS_ON_SIGNED, ACTS_ON_ANYTHING or ACTS_ON_NOTHING."""
+        if self.verifies:
+            return ACTS_ON_SIGNED
+        return ACTS_ON_ANYTHING if self.insecure_accept_unsigned else ACTS_ON_NOTHING
+
+    def as_root(self) -> List[str]:
+        """The actions that run as root, by name."""
+        return [name for name, action in self.actions.items() if action.user == ROOT]
 
     def token(self) -> str:
         """The token, read from `token_file` (checked again: it may have changed)."""
@@ -130,10 +151,13 @@ def load(path: Path | str) -> Config:
     return from_dict(data, source=path)
 
 
-def from_dict(data: dict, *, source: Path) -> Config:
-    """Check parsed TOML (relative paths are taken from the file's folder)."""
+def from_dict(data: dict, *, source: Path, euid: Optional[int] = None) -> Config:
+    """Check parsed TOML (relative paths are taken from the file's folder). `euid`
+    (this process's by default) says whether the agent runs as root, which decides
+    who an action without `user` runs as."""
     only_known(data, TOP_LEVEL_KEYS, where="")
     base = source.parent
+    euid = os.geteuid() if euid is None else euid
     config = Config(
         source=source,
         url=websocket_url(data),
@@ -142,18 +166,71 @@ def from_dict(data: dict, *, source: Path) -> Config:
         policy_file=path_value(data, "policy_file", base),
         attributes=static_attributes(table(data, "attributes", "")),
         providers=providers(table(data, "providers", ""), base),
-        actions=actions(table(data, "actions", ""), base),
+        actions=actions(table(data, "actions", ""), base, default_user=action_user(data, euid)),
         answer_without_action=flag(data, "answer_without_action", ""),
         authorities=trusted_authorities(data),
+        insecure_accept_unsigned=flag(data, "insecure_accept_unsigned", ""),
     )
     if config.verifies and config.policy_file is None:
         raise ConfigError(
             "trust", "an agent that verifies checks events against its own policy: set policy_file"
         )
+    if config.verifies and config.insecure_accept_unsigned:
+        raise ConfigError(
+            "insecure_accept_unsigned",
+            "contradicts [trust], which acts only on signed events: remove one of them",
+        )
     shared = sorted(set(config.attributes) & set(config.providers))
     if shared:
         raise ConfigError(f"providers.{shared[0]}", "is also a static value in [attributes]")
     return config
+
+
+def action_user(data: dict, euid: int) -> Optional[str]:
+    """Who an action without `user` runs as: `action_user` (DEFAULT_ACTION_USER unless
+    set) when the agent runs as root, which alone can switch users; else the agent's
+    own user (None), which is not root."""
+    value = data.get("action_user", DEFAULT_ACTION_USER)
+    if not isinstance(value, str) or not value:
+        raise ConfigError("action_user", "expected a user name")
+    return value if euid == 0 else None
+
+
+def warnings(config: Config) -> List[str]:
+    """What `check-config` and the start log flag without refusing the file: an agent
+    that acts on unsigned events, one that will refuse every action, and the actions
+    that run as root."""
+    said = []
+    configured = ", ".join(config.actions) or "none configured"
+    if config.acts_on == ACTS_ON_ANYTHING:
+        said.append(
+            "insecure_accept_unsigned = true: this agent runs whatever the console's "
+            "database says; anyone who can write it, or the Redis that carries its pushes, "
+            f"can run its actions ({configured}). Set [trust] instead (docs/agent.md)"
+        )
+    elif config.acts_on == ACTS_ON_NOTHING and config.actions:
+        said.append(
+            f"no [trust]: every action ({configured}) will be refused, since no event can be "
+            "verified; set [trust] (docs/agent.md), or insecure_accept_unsigned = true"
+        )
+    said.extend(f"actions.{name}: runs as root" for name in config.as_root())
+    said.extend(unswitchable_users(config))
+    return said
+
+
+def unswitchable_users(config: Config) -> List[str]:
+    """Actions naming a user the agent cannot switch to: only root can (checked as
+    the user running this check, who should be the one running the agent)."""
+    import pwd
+
+    if os.geteuid() == 0:
+        return []
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    return [
+        f"actions.{name}.user: the agent runs as {me}, not root, and cannot run it as {a.user}"
+        for name, a in config.actions.items()
+        if a.user not in (None, me)
+    ]
 
 
 def check(config: Config) -> list[str]:
@@ -311,14 +388,16 @@ def whitespace_field(spec: dict, where: str) -> Optional[int]:
     return value
 
 
-def actions(tables: dict, base: Path) -> dict:
-    return {name: action(name, spec, base) for name, spec in tables.items()}
+def actions(tables: dict, base: Path, *, default_user: Optional[str]) -> dict:
+    return {
+        name: action(name, spec, base, default_user=default_user) for name, spec in tables.items()
+    }
 
 
-def action(name: str, spec: Any, base: Path) -> Action:
+def action(name: str, spec: Any, base: Path, *, default_user: Optional[str]) -> Action:
     where = f"actions.{name}"
     spec = checked_table(spec, ACTION_KEYS, where)
-    user = spec.get("user")
+    user = spec.get("user", default_user)
     if user is not None and (not isinstance(user, str) or not user):
         raise ConfigError(f"{where}.user", "expected a user name")
     return Action(

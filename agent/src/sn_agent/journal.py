@@ -9,6 +9,7 @@ every position it was handed, whether to run it, wait for it, or only answer it
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -16,7 +17,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Iterator, List, Optional
 
 # How many answered deliveries are kept for `sn-agent status` and the record.
 KEEP_ANSWERED = 1000
@@ -39,7 +40,21 @@ CREATE TABLE IF NOT EXISTS deliveries (
 );
 CREATE TABLE IF NOT EXISTS facts (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS deliveries_by_event ON deliveries (event);
+-- Every event handed over whose seal held, until it could no longer be acted on
+-- anyway (its signed lifetime and the clock margin): the deliveries above are pruned
+-- by count, and a replay must not outlive the memory of it.
+CREATE TABLE IF NOT EXISTS events (
+    event TEXT PRIMARY KEY,
+    position INTEGER NOT NULL,
+    until REAL NOT NULL                -- Unix time
+);
+CREATE INDEX IF NOT EXISTS events_by_until ON events (until);
 """
+# When this journal began remembering (a fact): an event signed before it may have
+# been handed to an earlier journal (a wiped or replaced state folder).
+MEMORY_SINCE = "memory_since"
+# The agent's own attributes when this journal began (a fact, set once).
+ATTRIBUTES_SINCE = "attributes_since"
 
 
 @dataclass(frozen=True)
@@ -81,6 +96,13 @@ class Journal:
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.execute("PRAGMA cache_size=-256")  # KiB: the journal is small
         self.db.executescript(SCHEMA)
+        # A journal made now, or by a release that kept no memory of events: what was
+        # handed over before this moment is unknown to it.
+        self.db.execute(
+            "INSERT OR IGNORE INTO facts (name, value) VALUES (?, ?)",
+            (MEMORY_SINCE, json.dumps(time.time())),
+        )
+        self._memory_since: float = self.facts()[MEMORY_SINCE]
 
     def close(self) -> None:
         self.db.close()
@@ -92,24 +114,49 @@ class Journal:
         row = self.db.execute("SELECT max(position) FROM deliveries").fetchone()
         return row[0]
 
-    def note(self, notification, *, action: Optional[str], state: str, boot: str = "") -> None:
+    def note(
+        self,
+        notification,
+        *,
+        action: Optional[str],
+        state: str,
+        boot: str = "",
+        remember_until: Optional[float] = None,
+    ) -> None:
         """Write a delivery down as taken: `started` (its action may run from now on)
-        or `noted` (nothing to run)."""
-        self.db.execute(
-            "INSERT OR REPLACE INTO deliveries (position, delivery, event, sender, channel,"
-            " action, state, boot, taken_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                notification.position,
-                notification.delivery,
-                notification.event,
-                notification.sender,
-                notification.channel,
-                action,
-                state,
-                boot or None,
-                time.time(),
-            ),
-        )
+        or `noted` (nothing to run); with `remember_until`, its event is remembered
+        until then, in the same transaction (one synchronous write)."""
+        with self._transaction():
+            self.db.execute(
+                "INSERT OR REPLACE INTO deliveries (position, delivery, event, sender, channel,"
+                " action, state, boot, taken_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    notification.position,
+                    notification.delivery,
+                    notification.event,
+                    notification.sender,
+                    notification.channel,
+                    action,
+                    state,
+                    boot or None,
+                    time.time(),
+                ),
+            )
+            if remember_until is not None:
+                self.db.execute(
+                    "INSERT OR IGNORE INTO events (event, position, until) VALUES (?, ?, ?)",
+                    (notification.event, notification.position, remember_until),
+                )
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
 
     def finish(self, position: int, status: str, result: dict) -> None:
         """Write down a delivery's outcome (its answer is still to be sent)."""
@@ -125,12 +172,30 @@ class Journal:
 
     def earlier_position_of(self, event: str, position: int) -> Optional[int]:
         """The position at which this event was handed over before, if it was (an
-        event delivered again under another position is not acted on twice)."""
+        event delivered again under another position is not acted on twice): from
+        the events remembered, or the deliveries kept."""
         row = self.db.execute(
-            "SELECT position FROM deliveries WHERE event = ? AND position != ? LIMIT 1",
-            (event, position),
+            "SELECT position FROM events WHERE event = ? AND position != ?"
+            " UNION ALL"
+            " SELECT position FROM deliveries WHERE event = ? AND position != ? LIMIT 1",
+            (event, position, event, position),
         ).fetchone()
         return row[0] if row else None
+
+    def memory_since(self) -> float:
+        """When this journal began remembering what it was handed (Unix time)."""
+        return self._memory_since
+
+    def attributes_since(self) -> Optional[dict]:
+        """The agent's own attributes when this journal began, if written down."""
+        return self.facts().get(ATTRIBUTES_SINCE)
+
+    def set_attributes_since(self, attributes: dict) -> None:
+        """Write down the agent's own attributes as this journal begins (once)."""
+        self.db.execute(
+            "INSERT OR IGNORE INTO facts (name, value) VALUES (?, ?)",
+            (ATTRIBUTES_SINCE, json.dumps(attributes)),
+        )
 
     def unfinished(self) -> List[Entry]:
         """Deliveries whose action started and whose outcome is not written down."""
@@ -144,9 +209,12 @@ class Journal:
         """The last `count` deliveries, newest first."""
         return self._entries("ORDER BY position DESC LIMIT ?", (count,))
 
-    def prune(self) -> None:
+    def prune(self, *, now: Optional[float] = None) -> None:
         """Forget answered deliveries beyond the newest KEEP_ANSWERED (the newest one
-        stays in any case: it holds the position)."""
+        stays in any case: it holds the position), and the events that could no
+        longer be acted on anyway."""
+        now = time.time() if now is None else now
+        self.db.execute("DELETE FROM events WHERE until < ?", (now,))
         self.db.execute(
             "DELETE FROM deliveries WHERE (answered = 1 OR state = 'noted') AND position <"
             " (SELECT min(position) FROM (SELECT position FROM deliveries"

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from sn_agent import actions, expressions, providers, signatures
-from sn_agent.client import Agent, AgentError, Notification
-from sn_agent.config import Config, ConfigError, load
+from sn_agent import __version__, actions, expressions, providers, signatures
+from sn_agent.client import ACTS_ON_NOTHING, Agent, AgentError, Notification
+from sn_agent.config import Config, ConfigError, load, warnings
 from sn_agent.journal import Journal
 from sn_agent.logs import emit
 
@@ -33,6 +34,14 @@ RESTARTED_DURING_THE_ACTION = (
     "the agent stopped while the action ran, and the action did not finish; "
     "it may have done part of its work"
 )
+NOTHING_VERIFIED = (
+    "this agent has no [trust], so it cannot tell a command its sender signed from one "
+    "written into the console's database: it runs none (docs/agent.md)"
+)
+EARLIER_JOURNAL = "an earlier journal may have acted on it"
+# How long an event whose lifetime the agent cannot know (not signed: an agent that
+# acts on unsigned events) is remembered: the longest lifetime the console gives.
+UNSIGNED_MEMORY_S = 7 * 24 * 3600 + signatures.CLOCK_SKEW_S
 
 
 def boot_id() -> str:
@@ -57,6 +66,8 @@ class AgentService:
         self.busy = False
         self.stopping = False
         self.handled = 0
+        # Until when the event being handled is remembered (set as it is checked).
+        self.remember_until: Optional[float] = None
         self._main: Optional[asyncio.Task] = None
         self._reloading: Optional[asyncio.Future] = None
         # What a verifying agent checks events against (compiled once per configuration).
@@ -77,11 +88,15 @@ class AgentService:
         try:
             await self.recover()
             await self._measure_all()
+            self.journal.set_attributes_since(self._own_attributes())
             after = self.journal.position()
             self.agent = Agent(
-                self.config.url, self.config.token(), after_position=after, observer=self.observer
-            )
-            emit("starting", url=self.config.url, position=after)
+                self.config.url, self.config.token(), after_position=after,
+                observer=self.observer, about=self._about(),
+            )  # fmt: skip
+            emit("starting", url=self.config.url, position=after, acts_on=self.config.acts_on)
+            for warning in warnings(self.config):
+                emit("warning", message=warning)
             await self._serve()
         finally:
             await self._shut_down()
@@ -127,19 +142,31 @@ class AgentService:
             emit("reload_refused", error=str(error))
             return
         self.config, self.policy_test = config, policy_test
+        for warning in warnings(config):
+            emit("warning", message=warning)
         if self.agent is None:  # not connected yet: it will use the new one
             emit("reloaded", reconnecting=False)
             return
         address = (config.url, config.token())
-        moved = address != (self.agent.url, self.agent.token)
+        # What it says of itself (what it acts on) is told at login: a change logs in again.
+        moved = (*address, self._about()) != (self.agent.url, self.agent.token, self.agent.about)
         emit("reloaded", reconnecting=moved)
         if moved:
             self.agent.url, self.agent.token = address
+            self.agent.about = self._about()
         work = self._reconnect() if moved else self._state_again()
         self._reloading = asyncio.ensure_future(work)
 
     async def _reconnect(self) -> None:
         await self.agent.close()
+
+    def _about(self) -> dict:
+        """What the agent says of itself as it logs in (the console shows it)."""
+        return {"software": f"sn-agent {__version__}", "acts_on": self.config.acts_on}
+
+    def _own_attributes(self) -> dict:
+        """What this server states of itself: static values and the last measurements."""
+        return {**self.config.attributes, **self.measured}
 
     async def _state_again(self) -> None:
         with contextlib.suppress(*LOST):
@@ -154,7 +181,9 @@ class AgentService:
         emit("connected", client=welcome.get("client"), position=self.agent.position)
         self.journal.set_fact("connected", True)
         self.journal.set_fact("connected_at", time.time())
-        await self._state("advertise", {**self.config.attributes, **self.measured})
+        own = self._own_attributes()
+        if own:  # an agent that states nothing has nothing to advertise
+            await self._state("advertise", own)
         policy = self.config.policy()
         if policy is not None:
             await self._state("policy", policy)
@@ -206,12 +235,13 @@ class AgentService:
         content = notification.content if isinstance(notification.content, dict) else {}
         name = content.get("action")
         emit("notification", **_described(notification), action=name)
-        refusal = self._refusal(notification, content)
-        if refusal is not None:
-            emit("refused", position=notification.position, reason=refusal)
+        checked = self._checked(notification, content, asks_action=name is not None)
+        self.remember_until = checked.remember_until
+        if checked.refusal is not None:
+            emit("refused", position=notification.position, reason=checked.refusal)
             self._started(notification, name if isinstance(name, str) else None)
             await self._settle(notification.position, notification.delivery,
-                               actions.refused(f"not acted on: {refusal}"))  # fmt: skip
+                               actions.refused(f"not acted on: {checked.refusal}"))  # fmt: skip
             return
         if name is None:
             await self._note(notification)
@@ -224,49 +254,76 @@ class AgentService:
             outcome = await self._run_action(action, notification)
         await self._settle(notification.position, notification.delivery, outcome)
 
-    def _refusal(self, notification: Notification, content: dict) -> Optional[str]:
-        """Why this notification must not be acted on, or None. With [trust], its
-        sender's signature and attestations must hold (docs/security.md): what the
-        console's database or Redis says is not enough."""
-        if not self.config.verifies:
-            return None
+    def _checked(self, notification: Notification, content: dict, *, asks_action: bool) -> Checked:
+        """Whether this notification may be acted on, and until when its event is
+        remembered. With [trust], its sender's signature and attestations must hold
+        (docs/security.md): what the console's database or Redis says is not enough.
+        Without, no action runs unless the configuration accepts unsigned events."""
         earlier = self.journal.earlier_position_of(notification.event, notification.position)
         if earlier is not None:
-            return f"event {notification.event} was handed over before, at position {earlier}"
+            said = f"event {notification.event} was handed over before, at position {earlier}"
+            return Checked(said)
+        if not self.config.verifies:
+            unsigned = Checked(None, remember_until=time.time() + UNSIGNED_MEMORY_S)
+            if asks_action and self.config.acts_on == ACTS_ON_NOTHING:
+                return dataclasses.replace(unsigned, refusal=NOTHING_VERIFIED)
+            return unsigned
         try:
-            verified = signatures.verify_seal(
-                notification.seal,
-                event_id=notification.event,
-                content=content,
-                channel=notification.channel,
-                authorities=self.config.authorities,
-                now=time.time(),
-            )
+            verified = self._verified(notification, content)
         except signatures.SealRefused as error:
-            return str(error)
-        return self._disagreement(verified, content)
+            return Checked(str(error))  # never held: nothing to remember it by
+        until = verified.signed_at + verified.lifetime_s + signatures.CLOCK_SKEW_S
+        return Checked(self._disagreement(verified, content), remember_until=until)
+
+    def _verified(self, notification: Notification, content: dict) -> signatures.Verified:
+        return signatures.verify_seal(
+            notification.seal,
+            event_id=notification.event,
+            content=content,
+            channel=notification.channel,
+            authorities=self.config.authorities,
+            now=time.time(),
+        )
 
     def _disagreement(self, verified: signatures.Verified, content: dict) -> Optional[str]:
         """Whether the event's selector and this server's policy agree, as the agent
         reads them (sn_agent.expressions). A selector that names what authorities
         attest of this server, which it does not know, is not held against it."""
-        own = expressions.Partly({**self.config.attributes, **self.measured})
         try:
-            selected = expressions.selector_test(verified.selector)({"receiver": own})
+            selects = expressions.selector_test(verified.selector)
         except expressions.ExpressionError as error:
             return f"its selector does not parse here: {error}"
-        if selected is False:
+        if selects({"receiver": expressions.Partly(self._own_attributes())}) is False:
             return f"its selector does not select this server: {verified.selector[:200]}"
         scopes = {"sender": verified.sender_attributes, "event": content}
         if not self.policy_test(scopes):
             return f"this server's policy does not accept it from {verified.sender}"
+        return self._older_than_the_journal(verified, selects)
+
+    def _older_than_the_journal(self, verified: signatures.Verified, selects) -> Optional[str]:
+        """An event signed before this journal began may have been acted on under an
+        earlier one (a wiped state folder): refused, unless it is standing (it has a
+        selector) and this server did not match it when the journal began, so that
+        it can only be coming to it now (docs/security.md, "Replays")."""
+        since = self.journal.memory_since()
+        if verified.signed_at >= int(since):  # signing times are whole seconds
+            return None
+        signed, began = _utc(verified.signed_at), _utc(since)
+        why = f"it was signed at {signed}, before this agent's journal began at {began}"
+        if not verified.selector:
+            return f"{why}; {EARLIER_JOURNAL}"
+        then = self.journal.attributes_since()
+        if then is None or selects({"receiver": expressions.Partly(then)}) is not False:
+            return f"{why}, and this server may have matched it then: {EARLIER_JOURNAL}"
         return None
 
     async def _note(self, notification: Notification) -> None:
         """A notification that asks for no action (an alert): written down, and
         answered `ok` if the configuration says so."""
         if not self.config.answer_without_action:
-            self.journal.note(notification, action=None, state="noted")
+            self.journal.note(
+                notification, action=None, state="noted", remember_until=self.remember_until
+            )
             return
         self._started(notification, None)
         await self._settle(notification.position, notification.delivery, NOTED)
@@ -284,8 +341,12 @@ class AgentService:
         return await gated.outcome(action)
 
     def _started(self, notification: Notification, action: Optional[str]) -> None:
-        """Write the delivery down as started: from now on, a restart settles it."""
-        self.journal.note(notification, action=action, state="started", boot=self.boot)
+        """Write the delivery down as started: from now on, a restart settles it (and
+        its event is remembered for as long as it could be acted on)."""
+        self.journal.note(
+            notification, action=action, state="started", boot=self.boot,
+            remember_until=self.remember_until,
+        )  # fmt: skip
 
     async def _settle(self, position: int, delivery: int, outcome: actions.Outcome) -> None:
         self.journal.finish(position, outcome.status, outcome.result)
@@ -354,6 +415,19 @@ class AgentService:
         changed = self.measured.get(provider.name) != value
         self.measured[provider.name] = value
         return changed
+
+
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    """Why a notification must not be acted on (None: it may), and until when its
+    event is remembered (None: not beyond the deliveries the journal keeps)."""
+
+    refusal: Optional[str]
+    remember_until: Optional[float] = None
+
+
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 def _described(notification: Notification) -> dict:
