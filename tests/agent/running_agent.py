@@ -92,6 +92,9 @@ timeout_s = 1
 [actions.slow]
 command = ["sh", "-c", "sleep 2; echo finished"]
 timeout_s = 30
+
+[actions.noop]
+command = ["true"]
 """
 
     def trust_text(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -16,6 +17,8 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import Close
 from websockets.http11 import Response
+
+from broker.protocol import TokenBucket
 
 Script = Callable[[ServerConnection, dict, "FakeServer"], Awaitable[None]]
 
@@ -487,3 +490,58 @@ def test_the_agent_sends_no_websocket_pings_its_heartbeat_tells_the_connection_l
                 return agent._session.socket.ping_interval
 
     assert run(scenario()) is None
+
+
+# Keeping to the server's rate ------------------------------------------------------------
+
+
+def pushed_under_limits(limits: dict, *positions: int) -> Script:
+    async def script(socket, login, server) -> None:
+        welcomed = {"type": "welcome", "ref": login["ref"], "heartbeat_s": 30, "limits": limits}
+        await send(socket, welcomed)
+        await send(socket, {"type": "replayed", "ref": login["ref"], "count": 0, "through": 0})
+        for position in positions:
+            await send(socket, notification(position))
+
+    return script
+
+
+def test_an_answer_refused_for_its_rate_is_sent_again_at_once_on_the_same_session():
+    limits = {"max_frame_bytes": 65536, "frames_per_s": 50.0, "burst": 200}
+    server = FakeServer(pushed_under_limits(limits, 1))
+    acks: list[int] = []
+
+    async def on_ack(socket, frame) -> None:
+        acks.append(frame["delivery"])
+        if len(acks) == 1:  # over the server's limit: not read, refused
+            refused = {"type": "error", "ref": frame["ref"], "code": "rate_limited"}
+            await send(socket, {**refused, "message": "too fast", "field": "frame"})
+        else:
+            await send(socket, {"type": "ok", "ref": frame["ref"]})
+
+    server.on_ack = on_ack
+    run(received_by_application(server, 1, answer=("ok", None), until=lambda: len(acks) >= 2))
+    assert acks == [1001, 1001] and len(server.logins) == 1
+
+
+def test_the_agent_keeps_its_frames_within_the_rate_and_burst_its_welcome_states():
+    limits = {"max_frame_bytes": 65536, "frames_per_s": 20.0, "burst": 4}
+    server = FakeServer(pushed_under_limits(limits, *range(1, 31)))
+    arrivals: list[float] = []
+
+    async def on_ack(socket, frame) -> None:
+        arrivals.append(time.monotonic())
+        await send(socket, {"type": "ok", "ref": frame["ref"]})
+
+    server.on_ack = on_ack
+    answered = lambda: len(arrivals) >= 30  # noqa: E731
+    run(received_by_application(server, 30, answer=("ok", None), until=answered))
+
+    bucket = TokenBucket(rate=20.0, burst=4, tokens=4, updated=arrivals[0])
+    refused = 0
+    for at in arrivals:  # as the server's own bucket would have taken them
+        bucket.tokens = min(bucket.burst, bucket.tokens + (at - bucket.updated) * bucket.rate)
+        bucket.updated = at
+        refused += bucket.tokens < 1
+        bucket.tokens -= bucket.tokens >= 1
+    assert refused == 0

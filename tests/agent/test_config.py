@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from sn_agent.config import ConfigError, check, from_dict, load
+from sn_agent.config import ConfigError, check, from_dict, load, warnings
 
 GOOD = """\
 url = "wss://console.example.com/ws/agent/v1/"
@@ -201,3 +201,12 @@ def test_run_says_when_the_state_folder_cannot_be_made(tmp_path):
 
     assert done.returncode == 2
     assert "state_dir: cannot create /dev/null/state: Not a directory" in done.stderr
+
+
+def test_the_example_configuration_is_valid_and_gives_root_to_one_action_alone():
+    example = load(Path(__file__).resolve().parents[2] / "agent" / "agent.example.toml")
+
+    assert example.acts_on == "signed"
+    assert [w for w in warnings(example) if "runs as root" in w] == [
+        "actions.shutdown: runs as root"
+    ]

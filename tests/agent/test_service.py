@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from broker.models import AttributeValue
+from broker.models import AttributeValue, Delivery
 from tests.agent.running_agent import (
     SERVER,
     answer_of,
@@ -145,3 +145,23 @@ def test_sighup_reloads_the_configuration_and_a_broken_one_is_refused(agent, web
 def software_of_server() -> str | None:
     value = AttributeValue.objects.filter(client__name=SERVER, name="software").first()
     return value.value if value else None
+
+
+def test_an_agent_answering_hundreds_of_commands_at_once_keeps_to_the_rate_and_loses_none(
+    agent, web_server
+):
+    # Each answer is a frame: faster than the console's 50 a second, beyond its burst of
+    # 200, the answers over the limit were refused and stayed unrecorded until the next
+    # login. Published while the agent is down, they all come in one replay.
+    agent.start()
+    agent.stop()
+    events = [command(web_server, "noop") for _ in range(400)]
+    agent.start()
+
+    wait_for(lambda: answered_count(events) == 400, "every command was answered", 120)
+    output = agent.stop()
+    assert "rate_limited" not in output and "answer_refused" not in output
+
+
+def answered_count(events) -> int:
+    return Delivery.objects.filter(event__in=events, state="acked").count()

@@ -19,7 +19,7 @@ from sn_agent.signatures import new_private_key, public_key_text
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from broker.models import AuditEntry, Client, Delivery, Event
+from broker.models import AgentPresence, AuditEntry, Client, Delivery, Event
 from broker.push.to_agents import client_group
 from broker.services.clients import issue_token, revoke_tokens
 from broker.services.signing_keys import set_signing_key
@@ -82,6 +82,40 @@ def test_login_welcomes_with_protocol_limits_and_an_empty_replay(asgi_server, ca
     assert welcome["client"] == "web-00000" and welcome["model"] == "web-server"
     assert welcome["protocol"] == 1 and welcome["ref"] == "in"
     assert welcome["limits"]["max_frame_bytes"] == 65536
+
+
+def test_an_agent_says_what_it_acts_on_at_login_and_the_console_keeps_it(asgi_server, cast):
+    said = {"software": "sn-agent 0.2.0", "acts_on": "signed", "later": "ignored"}
+    with connect(agent_url(asgi_server)) as ws:
+        ws.send(json.dumps({"type": "login", "token": cast["server"], "agent": said}))
+        welcome, _ = frames(ws, 2)
+        wait_for(lambda: presence_of_server().acts_on == "signed", "the login was recorded")
+    assert welcome["type"] == "welcome"
+    assert presence_of_server().agent_software == "sn-agent 0.2.0"
+
+
+@pytest.mark.parametrize(
+    ("said", "field"),
+    [
+        ({"acts_on": "everything"}, "agent.acts_on"),
+        ({"acts_on": True}, "agent.acts_on"),
+        ({"software": "sn-agent\n0.2"}, "agent.software"),
+        ({"software": "x" * 65}, "agent.software"),
+        ("sn-agent", "agent"),
+    ],
+)
+def test_a_login_saying_what_no_agent_says_of_itself_is_refused_naming_the_field(
+    asgi_server, cast, said, field
+):
+    with connect(agent_url(asgi_server)) as ws:
+        ws.send(json.dumps({"type": "login", "token": cast["server"], "agent": said}))
+        error = json.loads(ws.recv(timeout=10))
+        assert close_code(ws) == 4401
+    assert (error["code"], error["field"]) == ("invalid", field)
+
+
+def presence_of_server() -> AgentPresence:
+    return AgentPresence.objects.filter(client__name="web-00000").first() or AgentPresence()
 
 
 def test_agent_sockets_need_no_browser_origin_but_the_token_decides(asgi_server, cast):

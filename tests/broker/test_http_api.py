@@ -9,10 +9,12 @@ import urllib.request
 import pytest
 from django.conf import settings
 
-from broker.models import AuditEntry
+from broker.models import AuditEntry, Client
+from broker.protocol import AgentSelf
 from broker.reads.clients import current_attributes
 from broker.services.clients import issue_token
 from broker.services.operators import issue_operator_token
+from broker.services.presence import session_opened
 from demo.scenario import load_scenario
 from tests.broker.agent_helpers import ISSUER
 from tests.broker.failing_database import inserts_refused
@@ -68,6 +70,24 @@ def test_a_client_publishes_and_reads_the_delivery_status_of_its_event(asgi_serv
     assert [d["receiver"] for d in event["deliveries"]] == ["web-00000", "web-00003"]
     # No agent is connected: recorded, not yet confirmed by an agent.
     assert event["counts"] == {"pending": 2, "delivered": 0, "acked": 0, "failed": 0, "expired": 0}
+
+
+def test_an_unsigned_publish_says_how_many_receivers_verify_signatures_and_will_refuse_it(
+    asgi_server, world
+):
+    verifying = Client.objects.get(name="web-00000")  # web-00003, the other IIS, says nothing
+    agent = AgentSelf("sn-agent 0.2.0", "signed")
+    session_opened(client_id=verifying.pk, peer="192.0.2.1:5000", agent=agent)
+
+    status, published = call(
+        asgi_server, "POST", "/events", world["national"],
+        {"content": COMMAND, "selector": IIS, "lifetime_s": 300, "channel": "soar"},
+    )  # fmt: skip
+
+    assert status == 201
+    assert published["unsigned"]["reached"] == 2
+    assert published["unsigned"]["verifying_receivers"] == 1
+    assert "1 of the 2 receivers it reaches verify signatures" in published["unsigned"]["message"]
 
 
 def test_preview_names_exactly_the_receivers_selector_and_policies_agree_on(asgi_server, world):

@@ -5,7 +5,9 @@ from django.urls import reverse
 
 from broker.audit import Actor
 from broker.models import ClientToken
+from broker.protocol import AgentSelf
 from broker.services.policies import set_policy
+from broker.services.presence import session_opened
 from demo.scenario import load_scenario
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
@@ -48,3 +50,18 @@ def test_an_auditor_cannot_issue_tokens(as_auditor, scenario):
     response = as_auditor.post(reverse("client-tokens", args=["web-00002"]), {"do": "issue"})
     assert response.status_code == 403
     assert not ClientToken.objects.filter(client__name="web-00002").exists()
+
+
+def test_the_page_says_whether_the_agent_verifies_signatures_and_flags_one_that_does_not(
+    as_auditor, scenario
+):
+    insecure, silent = scenario.servers[0], scenario.servers[1]
+    agent = AgentSelf("sn-agent 0.2.0", "anything")
+    session_opened(client_id=insecure.pk, peer="192.0.2.1:5000", agent=agent)
+
+    flagged = as_auditor.get(reverse("client", args=[insecure.name])).content.decode()
+    unknown = as_auditor.get(reverse("client", args=[silent.name])).content.decode()
+
+    assert 'data-verifies="no: acts on anything"' in flagged
+    assert "insecure_accept_unsigned" in flagged and "sn-agent 0.2.0" in flagged
+    assert 'data-verifies="unknown"' in unknown

@@ -1,11 +1,16 @@
 """The Fleet page: search by selector (validated), facets, paging, bulk actions."""
 
+import re
+
 import pytest
 from django.urls import reverse
 
 from broker.audit import SYSTEM
 from broker.models import AuditEntry, Client, ClientToken
+from broker.protocol import AgentSelf
+from broker.reads.directory import forget_directory
 from broker.services.clients import issue_token
+from broker.services.presence import session_opened
 from tests.module_data import copy_for_the_test, scenario_for_the_module
 
 pytestmark = pytest.mark.django_db(databases=["default", "audit"])
@@ -105,3 +110,25 @@ def test_an_auditor_cannot_take_bulk_actions_and_the_refusal_is_audited(as_audit
 def test_unknown_presence_filters_are_ignored_rather_than_matching_nothing(as_auditor, fleet):
     body = as_auditor.get(reverse("fleet"), {"connected": "maybe", "seen": "soon"}).content
     assert b'data-total="63"' in body
+
+
+def test_the_fleet_says_which_agents_verify_signatures_and_filters_by_it(as_auditor, fleet):
+    said = {"web-00000": "signed", "web-00001": "anything", "web-00002": "nothing"}
+    for server in Client.objects.filter(name__in=said):
+        agent = AgentSelf("sn-agent 0.2.0", said[server.name])
+        session_opened(client_id=server.pk, peer="192.0.2.1:5000", agent=agent)
+    forget_directory()  # this process's directory was built before the logins
+
+    body = as_auditor.get(reverse("fleet")).content.decode()
+    filtered = as_auditor.get(reverse("fleet"), {"verifies": "no: acts on anything"})
+
+    assert facet_counts(body, "verifies signatures") == {
+        "yes": 1, "no: acts on anything": 1, "no: runs no action": 1, "unknown": 60,
+    }  # fmt: skip
+    assert b'data-total="1"' in filtered.content and b"web-00001" in filtered.content
+    assert b'name="verifies" value="no: acts on anything"' in filtered.content  # bulk: the same
+
+
+def facet_counts(body: str, facet: str) -> dict[str, int]:
+    pattern = rf'data-facet="{facet}">([^<]*)</a>\s*<span class="count">([\d,]+)</span>'
+    return {label: int(count.replace(",", "")) for label, count in re.findall(pattern, body)}

@@ -5,9 +5,13 @@ from django.contrib.auth.models import Group
 from django.urls import reverse
 
 from broker.audit import Actor
-from broker.models import AuditEntry, Event
+from broker.models import AuditEntry, Client, Event
+from broker.protocol import AgentSelf
+from broker.reads.directory import forget_directory
+from broker.reads.search import receivers_chosen
 from broker.roles import OPERATOR
 from broker.services.policies import set_policy
+from broker.services.presence import session_opened
 from broker.services.sending import grant_sending
 from broker.services.signing_keys import make_sender_key
 from demo.scenario import OVERLOADED, VULNERABLE, WORM_ALERT
@@ -253,3 +257,18 @@ def test_the_preview_says_whether_the_send_will_be_signed_and_the_event_page_sho
     assert 'data-signing="signed"' in signed
     assert event.seal["sender"] == "intellimune-national"
     assert 'data-signature="signed"' in page
+
+
+def test_an_unsigned_send_is_previewed_with_how_many_of_its_receivers_verify_and_refuse_it(
+    as_operator, scenario
+):
+    addressed = Client.objects.filter(pk__in=receivers_chosen(selector_text=VULNERABLE))
+    for server, acts_on in zip(addressed.order_by("name")[:2], ("signed", "anything"), strict=True):
+        agent = AgentSelf("sn-agent 0.2.0", acts_on)
+        session_opened(client_id=server.pk, peer="192.0.2.1:5000", agent=agent)
+    forget_directory()  # this process's directory was built before the logins
+
+    body = as_operator.post(reverse("send-preview"), DISABLE_CGI).content.decode()
+
+    assert 'data-signing="no key" data-verifying="1"' in body
+    assert "1 verify signatures, 1 act on anything unsigned" in body
