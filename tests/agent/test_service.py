@@ -117,6 +117,7 @@ def test_status_says_connected_the_position_and_the_last_deliveries(agent, web_s
     )  # fmt: skip
     report = json.loads(status.stdout)
     assert status.returncode == 0 and report["running"] and report["connected"]
+    assert report["acts_on"] == "signed"
     [last] = report["deliveries"]
     assert (last["event"], last["status"], last["answered"]) == (str(event.pk), "ok", True)
     agent.stop()

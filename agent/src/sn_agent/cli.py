@@ -105,7 +105,7 @@ def command_check_config(args: argparse.Namespace) -> int:
 
 def command_status(args: argparse.Namespace) -> int:
     config = load(args.config)
-    report = status_report(config.state_dir)
+    report = {**status_report(config.state_dir), "acts_on": config.acts_on}
     if args.json:
         print(json.dumps(report))
     else:
@@ -139,7 +139,8 @@ def status_report(state_dir) -> Dict[str, Any]:
 def status_text(report: Dict[str, Any]) -> str:
     state = "connected" if report["connected"] else "not connected"
     running = f"running (pid {report['pid']})" if report["running"] else "not running"
-    lines = [f"agent: {running}, {state}", f"position: {report['position']}"]
+    lines = [f"agent: {running}, {state}; {ACTS_ON_WORDS[report['acts_on']]}"]
+    lines.append(f"position: {report['position']}")
     for entry in report["deliveries"]:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry["taken_at"]))
         outcome = entry["status"] or entry["state"]

@@ -263,11 +263,10 @@ class AgentService:
         if earlier is not None:
             said = f"event {notification.event} was handed over before, at position {earlier}"
             return Checked(said)
+        if self.config.acts_on == ACTS_ON_NOTHING:  # it never acts: nothing to remember
+            return Checked(NOTHING_VERIFIED if asks_action else None)
         if not self.config.verifies:
-            unsigned = Checked(None, remember_until=time.time() + UNSIGNED_MEMORY_S)
-            if asks_action and self.config.acts_on == ACTS_ON_NOTHING:
-                return dataclasses.replace(unsigned, refusal=NOTHING_VERIFIED)
-            return unsigned
+            return Checked(None, remember_until=time.time() + UNSIGNED_MEMORY_S)
         try:
             verified = self._verified(notification, content)
         except signatures.SealRefused as error:
