@@ -22,6 +22,7 @@ from demo.data_folder import (
     write_demo_settings,
 )
 from launcher.embedded import PrivateServers
+from launcher.folder_lock import FolderInUse, hold_alone, holder_description
 from launcher.supervisor import Supervisor, listening_socket, say, web_server_argv
 from reports import QUEUE as REPORTS_QUEUE
 
@@ -207,17 +208,23 @@ def wait_until_serving(host: str, port: int) -> None:
 
 def command_run(args: argparse.Namespace) -> int:
     """Start services, prepare the database, then the web server and workers, and
-    keep them all running until Ctrl-C or SIGTERM."""
+    keep them all running until Ctrl-C or SIGTERM. A data folder another run or
+    `services` holds is refused before anything starts (launcher.folder_lock)."""
+    try:
+        lock = hold_alone(args.data_dir, holder_description("./run"))
+    except FolderInUse as error:
+        say(str(error))
+        return 1
+    try:
+        return run_console(args)
+    finally:
+        lock.release()
+
+
+def run_console(args: argparse.Namespace) -> int:
+    """`command_run` once it holds the data folder."""
     data_dir = args.data_dir
-    env = dict(os.environ)
-    env.setdefault("SECRET_KEY", persistent_secret_key(data_dir))
-    env.setdefault("SIGNING_KEYS_DIR", str(signing_keys_dir(data_dir)))
-    if not args.verbose:
-        env.setdefault("LOG_LEVEL", "WARNING")
-    # The children's lines reach the launcher as they are written, not when a buffer
-    # fills, nor never if a child is killed.
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(fresh_metrics_dir(data_dir)))
+    env = console_environment(data_dir, verbose=args.verbose)
     services = PrivateServers(data_dir)
     supervisor = Supervisor()
     supervisor.install_signal_handlers()
@@ -235,15 +242,7 @@ def command_run(args: argparse.Namespace) -> int:
         environment = write_demo_settings(data_dir, env)
         # Said last, once the processes' start-up lines are out, so that it stays in view.
         wait_until_serving(args.host, args.port)
-        say(f"management commands beside it: .venv/bin/python manage.py ... (reads {environment})")
-        say(where_the_keys_are(data_dir))
-        say(
-            "second factor of the demo users (all but the auditor) and the admin: "
-            ".venv/bin/python manage.py demo_code USER prints the code to type"
-        )
-        for login in logins:  # the admin's password last but the address
-            say(login)
-        say(f"console at http://{args.host}:{args.port}/  (Ctrl-C stops everything)")
+        announce(args, data_dir, environment, logins)
         supervisor.wait()
         return 0
     finally:
@@ -253,6 +252,34 @@ def command_run(args: argparse.Namespace) -> int:
             listener.close()
         services.stop()
         say("stopped")
+
+
+def console_environment(data_dir: Path, *, verbose: bool) -> dict[str, str]:
+    """The environment of the console's processes under `./run`: this one's, with the
+    data folder's secret key and signing keys, quiet unless `verbose`."""
+    env = dict(os.environ)
+    env.setdefault("SECRET_KEY", persistent_secret_key(data_dir))
+    env.setdefault("SIGNING_KEYS_DIR", str(signing_keys_dir(data_dir)))
+    if not verbose:
+        env.setdefault("LOG_LEVEL", "WARNING")
+    # The children's lines reach the launcher as they are written, not when a buffer
+    # fills, nor never if a child is killed.
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(fresh_metrics_dir(data_dir)))
+    return env
+
+
+def announce(args: argparse.Namespace, data_dir: Path, environment: Path, logins) -> None:
+    """What a user of the demo needs, the console's address last."""
+    say(f"management commands beside it: .venv/bin/python manage.py ... (reads {environment})")
+    say(where_the_keys_are(data_dir))
+    say(
+        "second factor of the demo users (all but the auditor) and the admin: "
+        ".venv/bin/python manage.py demo_code USER prints the code to type"
+    )
+    for login in logins:  # the admin's password last but the address
+        say(login)
+    say(f"console at http://{args.host}:{args.port}/  (Ctrl-C stops everything)")
 
 
 def command_test(args: argparse.Namespace) -> int:
@@ -313,9 +340,23 @@ def within_tier(pytest_args: list[str], tier: str) -> list[str]:
 
 def command_services(args: argparse.Namespace) -> int:
     """Start only the private services and print their URLs, for a developer's shell;
-    restart them if they die, until Ctrl-C or SIGTERM."""
+    restart them if they die, until Ctrl-C or SIGTERM. Like `./run`, it holds the data
+    folder: either would stop the servers the other uses."""
+    try:
+        lock = hold_alone(args.data_dir, holder_description("python -m launcher services"))
+    except FolderInUse as error:
+        say(str(error))
+        return 1
+    try:
+        return serve_private_servers(args.data_dir)
+    finally:
+        lock.release()
+
+
+def serve_private_servers(data_dir: Path) -> int:
+    """`command_services` once it holds the data folder."""
     env: dict[str, str] = {}
-    services = PrivateServers(args.data_dir)
+    services = PrivateServers(data_dir)
     supervisor = Supervisor()
     supervisor.install_signal_handlers()
     try:
