@@ -20,6 +20,7 @@ from demo.data_folder import (
     demo_keys_file,
     signing_keys_dir,
     write_demo_settings,
+    write_new_private,
 )
 from launcher.embedded import PrivateServers
 from launcher.folder_lock import FolderInUse, hold_alone, holder_description
@@ -28,16 +29,23 @@ from reports import QUEUE as REPORTS_QUEUE
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTEST_NO_TESTS_COLLECTED = 5
+SECRET_KEY_FILE_NAME = "secret_key"
 
 
 def persistent_secret_key(data_dir: Path) -> str:
-    """A SECRET_KEY kept in the data folder, so sessions survive a restart."""
-    path = data_dir / "secret_key"
-    if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    """A SECRET_KEY kept in the data folder, so sessions survive a restart: made once,
+    as a new file readable by the user alone, and never replaced (sessions, second-factor
+    proofs and password-reset links are signed with it). An empty one is refused."""
+    path = data_dir / SECRET_KEY_FILE_NAME
+    with contextlib.suppress(FileExistsError):
+        write_new_private(path, secrets.token_urlsafe(50))
+    key = path.read_text().strip()
+    if not key:
+        raise ConfigurationError(
+            f"{path} is empty: put the secret key back in it, or remove it to have a new "
+            "one made (everyone logged in is then logged out)"
+        )
+    return key
 
 
 def fresh_metrics_dir(data_dir: Path) -> Path:
@@ -506,6 +514,9 @@ def main() -> int:
     args.pytest_args = extra
     try:
         return args.handler(args)
+    except ConfigurationError as error:  # found in the data folder, before any start
+        say(f"configuration error: {error}")
+        return 2
     except subprocess.CalledProcessError as error:
         say(f"a step failed ({' '.join(map(str, error.cmd[1:3]))}, exit {error.returncode})")
         return 1

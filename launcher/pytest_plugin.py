@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import shutil
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -48,6 +49,7 @@ TEST_SETTINGS = {
 FOLDER_WAIT_S = 60.0
 _servers: PrivateServers | None = None
 _lock: FolderLock | None = None
+_signing_keys: Path | None = None
 
 
 @pytest.hookimpl(wrapper=True)
@@ -85,10 +87,9 @@ def provide_test_environment(env) -> None:
         _servers.provide(env)  # starts what is missing and sets its URL in `env`
     if env.get(XDIST_WORKER):  # one of several processes running the tests (pytest -n N)
         keep_apart(env, env[XDIST_WORKER])
-    process = env.get(XDIST_WORKER, "main")
     # A worker inherits the main process's folder: it gets one of its own instead.
-    if env.get("SIGNING_KEYS_DIR") in (None, "", str(TEST_DATA / "signing-keys" / "main")):
-        env["SIGNING_KEYS_DIR"] = str(signing_keys_dir(process))
+    if env.get("SIGNING_KEYS_DIR") in (None, "", env.get(OWN_SIGNING_KEYS)):
+        env["SIGNING_KEYS_DIR"] = env[OWN_SIGNING_KEYS] = str(signing_keys_dir(env))
 
 
 def private_servers(folder: Path) -> PrivateServers:
@@ -102,12 +103,17 @@ def private_servers(folder: Path) -> PrivateServers:
     return PrivateServers(folder)
 
 
-def signing_keys_dir(process: str) -> Path:
-    """The folder of the console's signing keys for one test process (its web server
-    and worker read the same): tests of other processes make keys of the same names."""
-    folder = TEST_DATA / "signing-keys" / process
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return folder
+def signing_keys_dir(env) -> Path:
+    """A new folder for the console's signing keys of this test process (its web server
+    and worker read the same), removed when it ends: tests of other processes, and of
+    another run at once, make keys of the same names, and every rotation keeps the old
+    key aside (broker.services.signing_keys)."""
+    global _signing_keys
+    process = env.get(XDIST_WORKER, "main")
+    _signing_keys = TEST_DATA / "signing-keys" / f"{process}-{os.getpid()}"
+    shutil.rmtree(_signing_keys, ignore_errors=True)  # of a process long gone, same pid
+    _signing_keys.mkdir(mode=0o700, parents=True)
+    return _signing_keys
 
 
 def keep_apart(env, worker: str) -> None:
@@ -128,6 +134,8 @@ def keep_apart(env, worker: str) -> None:
 XDIST_WORKER = "PYTEST_XDIST_WORKER"
 # Set by this plugin when the run started its own PostgreSQL, for its other processes.
 PRIVATE_POSTGRES = "SN_TESTS_PRIVATE_POSTGRES"
+# The SIGNING_KEYS_DIR this plugin made, which a process it starts makes anew for itself.
+OWN_SIGNING_KEYS = "SN_TESTS_OWN_SIGNING_KEYS"
 REDIS_URLS = ("REDIS_URL", "CHANNEL_LAYER_URL", "CELERY_BROKER_URL")
 
 
@@ -155,6 +163,8 @@ def pytest_configure(config) -> None:
 
 
 def pytest_unconfigure(config) -> None:
+    if _signing_keys is not None:
+        shutil.rmtree(_signing_keys, ignore_errors=True)
     if _servers is None:
         return
     if django_settings_is_configured():
