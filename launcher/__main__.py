@@ -30,6 +30,7 @@ from reports import QUEUE as REPORTS_QUEUE
 ROOT = Path(__file__).resolve().parent.parent
 PYTEST_NO_TESTS_COLLECTED = 5
 SECRET_KEY_FILE_NAME = "secret_key"
+SPARK_LOG_FILE_NAME = "spark.log"
 
 
 def persistent_secret_key(data_dir: Path) -> str:
@@ -262,14 +263,22 @@ def run_console(args: argparse.Namespace) -> int:
         say("stopped")
 
 
+# Celery warns a worker run as root (a demo in a container often is), at each start of
+# each worker, in 8 lines: under ./run, only when --verbose. Deployed roles keep it.
+CELERY_ROOT_WARNING_IGNORED = "ignore:You're running the worker with superuser privileges:Warning"
+
+
 def console_environment(data_dir: Path, *, verbose: bool) -> dict[str, str]:
     """The environment of the console's processes under `./run`: this one's, with the
-    data folder's secret key and signing keys, quiet unless `verbose`."""
+    data folder's secret key and signing keys, quiet unless `verbose` (Spark's own
+    lines go to DATA_DIR/spark.log), so that the console's address is its last line."""
     env = dict(os.environ)
     env.setdefault("SECRET_KEY", persistent_secret_key(data_dir))
     env.setdefault("SIGNING_KEYS_DIR", str(signing_keys_dir(data_dir)))
     if not verbose:
         env.setdefault("LOG_LEVEL", "WARNING")
+        env.setdefault("SPARK_LOG_FILE", str(data_dir / SPARK_LOG_FILE_NAME))
+        env.setdefault("PYTHONWARNINGS", CELERY_ROOT_WARNING_IGNORED)
     # The children's lines reach the launcher as they are written, not when a buffer
     # fills, nor never if a child is killed.
     env.setdefault("PYTHONUNBUFFERED", "1")
