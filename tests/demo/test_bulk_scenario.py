@@ -103,3 +103,4 @@ def test_the_command_loads_the_scenario_in_bulk_then_only_adds_what_is_missing(c
     assert "Added 2 web servers in bulk (3 existed already)" in printed
     assert Client.objects.filter(name__startswith="web-").count() == 5
     assert Client.objects.filter(name__endswith="-controller").count() == 2
+    assert "Offered ready-made sends on the Send page: worm-alert" in printed

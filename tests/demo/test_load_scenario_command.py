@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client as HttpClient
 
-from broker.models import AttributeValue, Client, ClientModel
+from broker.models import AttributeValue, Client, ClientModel, SendTemplate
 from broker.reads.clients import attested_attributes
 from demo.scenario import CONTROLLERS, trusted_authorities
 
@@ -64,6 +64,16 @@ def test_without_a_keys_file_the_keys_go_to_the_data_folders_new_file(tmp_path, 
     monkeypatch.setenv("DATA_DIR", str(tmp_path / "demo"))
     call_command("load_scenario", "--servers", "2", stdout=io.StringIO())
     assert (tmp_path / "demo" / "keys.json").is_file()
+
+
+def test_a_scenario_loaded_before_sends_were_kept_gets_them_when_loaded_again(tmp_path):
+    load(tmp_path / "keys.json")
+    SendTemplate.objects.all().delete()  # as a database loaded before they were kept
+
+    said = load(tmp_path / "keys.json")
+
+    assert "Offered ready-made sends on the Send page: worm-alert, disable-cgi" in said
+    assert SendTemplate.objects.count() == 4
 
 
 def test_loading_again_keeps_the_keys_of_the_first_load(tmp_path):

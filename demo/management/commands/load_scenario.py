@@ -8,7 +8,13 @@ from django.db import transaction
 
 from broker.models import ClientModel
 from demo.data_folder import KeysFileExists, check_keys_file_is_new, demo_keys_file, write_demo_keys
-from demo.scenario import bulk_add_web_servers, demo_keys, ensure_signing_keys, load_scenario
+from demo.scenario import (
+    bulk_add_web_servers,
+    demo_keys,
+    ensure_signing_keys,
+    load_scenario,
+    offer_send_templates,
+)
 
 
 class Command(BaseCommand):
@@ -41,6 +47,9 @@ class Command(BaseCommand):
         made = ensure_signing_keys()
         if made:
             self.stdout.write(f"Made signing keys for {', '.join(made)} (SIGNING_KEYS_DIR).")
+        offered = offer_send_templates()  # for a scenario loaded before they were kept
+        if offered:
+            self.stdout.write(f"Offered ready-made sends on the Send page: {', '.join(offered)}.")
 
     def _load(self, *, servers: int, keys_file: Path) -> None:
         """Load the scenario and keep its keys in `keys_file`, a new file, or neither:
