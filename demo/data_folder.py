@@ -55,8 +55,8 @@ class KeysFileExists(FileExistsError):
         super().__init__(
             f"{path} already exists: it holds the keys of a scenario loaded before (into "
             "this database or another), shown once and kept nowhere else, so it is not "
-            "replaced. Give another file (--keys-file), or move it aside (delete it only "
-            "if the database it belongs to is gone)"
+            "replaced. Move it aside (delete it only if the database it belongs to is "
+            "gone), or give load_scenario another file (--keys-file)"
         )
         self.path = path
 

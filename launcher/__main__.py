@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from console.env import ConfigurationError, env_int
@@ -177,19 +179,35 @@ def start_fleet(supervisor: Supervisor, env: dict[str, str], *, host: str, port:
 
 
 def prepare_console(env: dict[str, str], data_dir: Path) -> tuple[str, list[str]]:
-    """Migrate, collect static files, make sure of an admin, a user per role, the
-    scenario (its keys kept in the data folder) and the demo's incident; return the
-    queues a worker must serve and what to tell about the logins."""
+    """Migrate, collect static files, make sure of the scenario (its keys kept in the
+    data folder), an admin, a user per role and the demo's incident; return the queues
+    a worker must serve and what to tell about the logins (the users', the admin's)."""
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "collectstatic", "--noinput", "-v", "0")
-    admin = manage(env, "ensure_admin", capture=True)
+    # Before any password is made: a keys file it may not replace stops the run here.
     manage(env, "load_scenario", "--keys-file", str(demo_keys_file(data_dir)), capture=True)
-    users = manage(env, "ensure_demo_users", capture=True)
-    # A small incident for the report pages (once), and their first runs, so that no
-    # report page of a fresh demo is empty; the reports worker runs them once started.
-    manage(env, "generate_traffic", "--demo", capture=True)
-    manage(env, "run_reports", "--if-never-run", capture=True)
-    return manage(env, "worker_queues", capture=True), [users, admin]
+    logins: list[str] = []
+    with said_if_a_step_fails(logins):
+        logins.append(manage(env, "ensure_admin", capture=True))
+        logins.insert(0, manage(env, "ensure_demo_users", capture=True))
+        # A small incident for the report pages (once), and their first runs, so that no
+        # report page of a fresh demo is empty; the reports worker runs them once started.
+        manage(env, "generate_traffic", "--demo", capture=True)
+        manage(env, "run_reports", "--if-never-run", capture=True)
+        queues = manage(env, "worker_queues", capture=True)
+    return queues, logins
+
+
+@contextlib.contextmanager
+def said_if_a_step_fails(logins: list[str]):
+    """Say the `logins` made so far if a step fails: their passwords are shown once,
+    and the next run, finding the users, makes none."""
+    try:
+        yield
+    except subprocess.CalledProcessError:
+        for login in logins:
+            say(login)
+        raise
 
 
 def where_the_keys_are(data_dir: Path) -> str:
@@ -219,13 +237,19 @@ def command_run(args: argparse.Namespace) -> int:
     """Start services, prepare the database, then the web server and workers, and
     keep them all running until Ctrl-C or SIGTERM. A data folder another run or
     `services` holds is refused before anything starts (launcher.folder_lock)."""
+    return holding_data_folder(args.data_dir, "./run", partial(run_console, args))
+
+
+def holding_data_folder(data_dir: Path, command: str, serve: Callable[[], int]) -> int:
+    """`serve()` while this process holds `data_dir` alone, as `command`; if another
+    process holds it, 1 and one line saying which, with nothing started or stopped."""
     try:
-        lock = hold_alone(args.data_dir, holder_description("./run"))
+        lock = hold_alone(data_dir, holder_description(command))
     except FolderInUse as error:
         say(str(error))
         return 1
     try:
-        return run_console(args)
+        return serve()
     finally:
         lock.release()
 
@@ -359,15 +383,8 @@ def command_services(args: argparse.Namespace) -> int:
     """Start only the private services and print their URLs, for a developer's shell;
     restart them if they die, until Ctrl-C or SIGTERM. Like `./run`, it holds the data
     folder: either would stop the servers the other uses."""
-    try:
-        lock = hold_alone(args.data_dir, holder_description("python -m launcher services"))
-    except FolderInUse as error:
-        say(str(error))
-        return 1
-    try:
-        return serve_private_servers(args.data_dir)
-    finally:
-        lock.release()
+    serve = partial(serve_private_servers, args.data_dir)
+    return holding_data_folder(args.data_dir, "python -m launcher services", serve)
 
 
 def serve_private_servers(data_dir: Path) -> int:

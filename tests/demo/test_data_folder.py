@@ -42,7 +42,7 @@ def test_a_keys_file_already_there_is_refused_and_kept_as_it_was(tmp_path):
 
     said = str(refused.value)
     assert said.startswith(f"{path} already exists: it holds the keys of a scenario")
-    assert "--keys-file" in said and "move it aside" in said
+    assert "--keys-file" in said and "Move it aside" in said
     assert path.read_text() == '{"authorities": "of the first load"}'
     assert [p.name for p in tmp_path.iterdir()] == ["keys.json"]
 
