@@ -45,6 +45,7 @@ from pathlib import Path
 
 from bench.chaos import PORT, Stack, _environment
 from bench.services import cpu_seconds, fresh_database, provide_services, wait_for_tree_idle
+from demo.data_folder import write_new_private
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "var" / "bench" / "agent-restarts"
@@ -135,9 +136,8 @@ def prepare_agents(count: int, bin_folder: Path, url: str) -> list[AgentProcess]
     for client in Client.objects.filter(name__startswith="web-").order_by("name")[:count]:
         folder = FOLDER / "agents" / client.name
         folder.mkdir(parents=True, exist_ok=True)
-        token = folder / "token"
-        token.write_text(issue_token(client=client, actor=Actor("system", "bench")))
-        token.chmod(0o600)
+        token = issue_token(client=client, actor=Actor("system", "bench"))
+        write_new_private(folder / "token", token)  # the folder was emptied: a new file
         (folder / "agent.toml").write_text(config_text(client, url, folder))
         log = open(folder / "agent.log", "a")  # noqa: SIM115 - open while the bench runs
         agents.append(AgentProcess(client.name, folder, bin_folder, log=log))

@@ -8,7 +8,8 @@ Run as a module from the repository root, with the project's interpreter (.venv/
     python -m bench.console --servers 10000 --runs 50 --budget-ms 300
 
 The scenario is loaded in bulk (`load_scenario --bulk`) into a private PostgreSQL under
-var/bench-console (unless DATABASE_URL / REDIS_URL are set), with the scenario's recent
+var/bench-console (unless DATABASE_URL / REDIS_URL are set), its keys kept beside it in
+var/bench-console/keys.json (never the demo's var/demo/keys.json), with the scenario's recent
 events and one worm alert to the Northwest whose deliveries (one per Northwest server,
 a quarter of the fleet) are recorded as the leaves record them and left in mixed
 states (bench/console_events.py: half acknowledged, a tenth each failed with a result,
@@ -58,6 +59,9 @@ from bench.services import fresh_database, run_in_process
 ROOT = Path(__file__).resolve().parent.parent
 
 FOLDER = ROOT / "var" / "bench-console"
+# The keys of the scenario loaded into the bench's database, beside it: the demo's
+# (var/demo/keys.json) belong to the demo's database.
+KEYS_FILE_NAME = "keys.json"
 WARM_UPS = 2
 
 # (label, method, path, data): data is sent as query parameters (GET) or a form (POST).
@@ -110,7 +114,7 @@ def load(servers: int):
     from bench.console_events import progress_event
 
     call_command("collectstatic", interactive=False, verbosity=0)  # pages link to them
-    call_command("load_scenario", servers=servers, bulk=True)
+    load_scenario_keeping_keys(servers, FOLDER)
     publish_recent_events()
     started = time.monotonic()
     event = progress_event()
@@ -124,6 +128,21 @@ def load(servers: int):
         cursor.execute("ANALYZE")
     print(f"set-up: ANALYZE in {time.monotonic() - started:.1f} s", flush=True)
     return event
+
+
+def load_scenario_keeping_keys(servers: int, folder: Path) -> None:
+    """The scenario with `servers` web servers, in bulk; when it is loaded now, its
+    keys are kept in `folder`, beside the bench's own database."""
+    from django.core.management import call_command
+
+    keys_file = folder / KEYS_FILE_NAME
+    call_command("load_scenario", servers=servers, bulk=True, keys_file=keys_file)
+
+
+def forget_keys_of_a_dropped_database(folder: Path) -> None:
+    """The keys kept beside the bench's database opened only that database: once it is
+    dropped they open nothing, and the next load keeps its own there."""
+    (folder / KEYS_FILE_NAME).unlink(missing_ok=True)
 
 
 def publish_recent_events() -> None:
@@ -254,7 +273,8 @@ def report_live(live, budget_ms: float) -> bool:
 def run(args, env: dict[str, str]) -> bool:
     import django
 
-    fresh_database(env, keep=args.reuse)
+    if fresh_database(env, keep=args.reuse):
+        forget_keys_of_a_dropped_database(FOLDER)
     os.environ.update(env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     django.setup()

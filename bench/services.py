@@ -146,9 +146,10 @@ def provide_services(env: dict[str, str], folder: Path = ROOT / "var" / "bench")
     return started
 
 
-def fresh_database(env: dict[str, str], *, keep: bool = False) -> None:
+def fresh_database(env: dict[str, str], *, keep: bool = False) -> bool:
     """Drop and create the benchmark's database, then migrate it; with `keep`, create
-    it only if it is missing and keep its rows (a bench that reuses what it loaded)."""
+    it only if it is missing and keep its rows (a bench that reuses what it loaded).
+    Whether it was made anew (what was kept for the old one is of no use now)."""
     from urllib.parse import urlsplit, urlunsplit
 
     import psycopg
@@ -158,11 +159,13 @@ def fresh_database(env: dict[str, str], *, keep: bool = False) -> None:
     admin_url = urlunsplit(parts._replace(path="/postgres"))
     with psycopg.connect(admin_url, autocommit=True) as connection:
         found = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
-        if not (keep and found.fetchone()):
+        made = not (keep and found.fetchone())
+        if made:
             connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             connection.execute(f'CREATE DATABASE "{name}"')
     manage = [sys.executable, str(ROOT / "manage.py")]
     subprocess.run([*manage, "migrate", "-v", "0"], env=env, check=True)
+    return made
 
 
 def tree_queues() -> list[str]:

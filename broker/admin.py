@@ -141,6 +141,13 @@ class EventAdmin(ReadOnlyAdmin):
     ordering = ("-published_at",)
 
 
+@admin.register(models.SendTemplate)
+class SendTemplateAdmin(ReadOnlyAdmin):
+    list_display = ("slug", "title", "sender", "channel", "saved_at")
+    list_select_related = ("sender",)
+    search_fields = ("slug", "title", "sender__name")
+
+
 @admin.register(models.Delivery)
 class DeliveryAdmin(ReadOnlyAdmin):
     list_display = (

@@ -408,6 +408,27 @@ class Event(models.Model):
         return f"event {self.sender_id}/{self.channel}#{self.sequence}"
 
 
+class SendTemplate(models.Model):
+    """A ready-made send the console's Send page offers (`?template=SLUG`): the event
+    to start from, checked as publishing checks one when it was saved. Saved by
+    `broker.services.sending.save_send_template` (the demo's scenario saves its own)."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    title = models.CharField(max_length=200)
+    sender = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="send_templates")
+    content = models.JSONField()
+    selector = models.TextField(blank=True)
+    lifetime_s = models.PositiveIntegerField()
+    channel = models.CharField(max_length=128)
+    saved_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]  # as they were first saved
+
+    def __str__(self) -> str:
+        return f"send template {self.slug}"
+
+
 class Delivery(models.Model):
     """One event delivered to one receiver, and what became of it.
 

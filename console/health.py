@@ -1,6 +1,7 @@
 """Health checks: each real dependency is exercised with a round trip and timed.
 
-Used by the /healthz page (humans, htmx) and /healthz.json (monitors).
+Used by the /healthz page (logged in: every check's latency and detail) and
+/healthz.json (anyone, monitors and the launcher: each check up or down, nothing more).
 """
 
 from __future__ import annotations
@@ -33,13 +34,15 @@ class CheckResult:
     latency_ms: float
     detail: str
 
-    def as_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "ok": self.ok,
-            "latency_ms": round(self.latency_ms, 2),
-            "detail": self.detail,
-        }
+    def public(self) -> dict:
+        """What anyone may know of this check: its name and whether it passed. Its
+        detail names server versions and its errors name hosts, sockets and users."""
+        return {"name": self.name, "ok": self.ok}
+
+
+def public_health(checks: list[CheckResult]) -> dict:
+    """The answer of /healthz.json: up or down overall and per check, by name."""
+    return {"ok": all(check.ok for check in checks), "checks": [c.public() for c in checks]}
 
 
 def redis_client() -> redis.Redis:

@@ -325,6 +325,11 @@ REPORTS_INTERVAL_S = env_int("REPORTS_INTERVAL_S", 3600, minimum=60)
 # one machine) spends longer starting 200 tasks than on the data. 0: one per core on local,
 # Spark's 200 on a cluster; set it to 2 to 3 times the cluster's executor cores.
 SPARK_SHUFFLE_PARTITIONS = env_int("SPARK_SHUFFLE_PARTITIONS", 0, minimum=0)
+# Spark's JVM writes its own lines (its start-up, its log) to this file, appended;
+# empty: to the reports worker's output. ./run sets DATA_DIR/spark.log unless --verbose.
+SPARK_LOG_FILE = env_str("SPARK_LOG_FILE", "")
+if SPARK_LOG_FILE and not Path(SPARK_LOG_FILE).parent.is_dir():
+    raise ConfigurationError(f"SPARK_LOG_FILE is in no folder that exists: {SPARK_LOG_FILE!r}.")
 
 # Beat: summaries are recomputed exactly (and may shrink) on this interval; events that
 # never reached the root are routed again.

@@ -27,6 +27,7 @@ from broker.models import (
     ClientModel,
     PolicyVersion,
 )
+from broker.reads.sending import send_templates
 from broker.services.authorities import attest_attributes, create_authority, grant_authority
 from broker.services.clients import (
     AttributeSpec,
@@ -36,6 +37,7 @@ from broker.services.clients import (
 )
 from broker.services.event_attributes import EventAttributeSpec, declare_event_attributes
 from broker.services.policies import canonical_policy, set_policy
+from broker.services.sending import Draft, save_send_template
 from broker.services.signing_keys import make_authority_key, make_sender_key
 from broker.services.tree import spread_over_leaves
 from demo.bulk import copy_rows
@@ -120,7 +122,8 @@ OVERLOADED = 'software == "IIS" and version ~ "2.4.*" and load >= 0.8'
 
 @dataclass(frozen=True)
 class SendTemplate:
-    """One of the scenario's sends, offered ready-made on the console's send page."""
+    """One of the scenario's sends, offered ready-made on the console's Send page once
+    the scenario is loaded (`offer_send_templates`)."""
 
     slug: str
     title: str
@@ -240,14 +243,37 @@ def server_attributes(index: int, rng: random.Random) -> tuple[dict, dict]:
 
 @transaction.atomic
 def load_scenario(*, servers: int = 40, seed: int = 7) -> Scenario:
-    """Create the scenario's models, authorities, controllers and `servers` servers."""
+    """Create the scenario's models, authorities, controllers and `servers` servers,
+    and, once it has servers to address, offer its ready-made sends (their selectors are
+    typed by the receivers' models in use: with none, by nothing)."""
     scenario = _create_cast()
     for name, values in CONTROLLERS.items():
         _add_controller(scenario, name, values)
     rng = random.Random(seed)
     for index in range(servers):
         _add_server(scenario, *server_attributes(index, rng))
+    if scenario.servers:
+        offer_send_templates()
     return scenario
+
+
+def offer_send_templates() -> list[str]:
+    """Offer the scenario's ready-made sends on the console's Send page, those it does
+    not offer yet (one put in place since is left as it is); their slugs. The console
+    reads them from the service, as any site's own: the scenario is not its rule."""
+    offered = {template.slug for template in send_templates()}
+    senders = {client.name: client for client in Client.objects.filter(name__in=CONTROLLERS)}
+    made = []
+    for template in SEND_TEMPLATES:
+        if template.slug not in offered:
+            draft = Draft(
+                sender=senders[template.sender], content=template.content,
+                selector=template.selector, lifetime_s=template.lifetime_s,
+                channel=template.channel,
+            )  # fmt: skip
+            save_send_template(slug=template.slug, title=template.title, draft=draft, actor=SETUP)
+            made.append(template.slug)
+    return made
 
 
 def _create_cast() -> Scenario:

@@ -44,6 +44,8 @@ from sn_agent.client import Notification
 from sn_agent.config import Action, Config, Provider
 from sn_agent.service import AgentService
 
+from demo.data_folder import write_new_private
+
 WEB_SERVER_CTL = Path(__file__).resolve().parent / "web_server_ctl"
 # Between two agents' first connections, so as not to stampede: at most 2,000 a second
 # per process, well above what a console serves.
@@ -133,9 +135,7 @@ def server_folder(root: Path, url: str, agent: dict, load_interval_s: float, tru
     for name in ("hostname", "cgi", "load"):
         write(folder / name, json.dumps(values[name]).strip('"'))
     write(folder / "state", "running")
-    token = folder / "token"
-    token.write_text(agent["token"])
-    token.chmod(0o600)
+    write_new_private(folder / "token", agent["token"])  # the folder is new: so is the file
     return agent_config(folder, url, values, load_interval_s=load_interval_s, trust=trust)
 
 

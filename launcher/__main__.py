@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from console.env import ConfigurationError, env_int
@@ -20,23 +22,33 @@ from demo.data_folder import (
     demo_keys_file,
     signing_keys_dir,
     write_demo_settings,
+    write_new_private,
 )
 from launcher.embedded import PrivateServers
+from launcher.folder_lock import FolderInUse, hold_alone, holder_description
 from launcher.supervisor import Supervisor, listening_socket, say, web_server_argv
 from reports import QUEUE as REPORTS_QUEUE
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTEST_NO_TESTS_COLLECTED = 5
+SECRET_KEY_FILE_NAME = "secret_key"
+SPARK_LOG_FILE_NAME = "spark.log"
 
 
 def persistent_secret_key(data_dir: Path) -> str:
-    """A SECRET_KEY kept in the data folder, so sessions survive a restart."""
-    path = data_dir / "secret_key"
-    if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    """A SECRET_KEY kept in the data folder, so sessions survive a restart: made once,
+    as a new file readable by the user alone, and never replaced (sessions, second-factor
+    proofs and password-reset links are signed with it). An empty one is refused."""
+    path = data_dir / SECRET_KEY_FILE_NAME
+    with contextlib.suppress(FileExistsError):
+        write_new_private(path, secrets.token_urlsafe(50))
+    key = path.read_text().strip()
+    if not key:
+        raise ConfigurationError(
+            f"{path} is empty: put the secret key back in it, or remove it to have a new "
+            "one made (everyone logged in is then logged out)"
+        )
+    return key
 
 
 def fresh_metrics_dir(data_dir: Path) -> Path:
@@ -167,19 +179,35 @@ def start_fleet(supervisor: Supervisor, env: dict[str, str], *, host: str, port:
 
 
 def prepare_console(env: dict[str, str], data_dir: Path) -> tuple[str, list[str]]:
-    """Migrate, collect static files, make sure of an admin, a user per role, the
-    scenario (its keys kept in the data folder) and the demo's incident; return the
-    queues a worker must serve and what to tell about the logins."""
+    """Migrate, collect static files, make sure of the scenario (its keys kept in the
+    data folder), an admin, a user per role and the demo's incident; return the queues
+    a worker must serve and what to tell about the logins (the users', the admin's)."""
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "collectstatic", "--noinput", "-v", "0")
-    admin = manage(env, "ensure_admin", capture=True)
+    # Before any password is made: a keys file it may not replace stops the run here.
     manage(env, "load_scenario", "--keys-file", str(demo_keys_file(data_dir)), capture=True)
-    users = manage(env, "ensure_demo_users", capture=True)
-    # A small incident for the report pages (once), and their first runs, so that no
-    # report page of a fresh demo is empty; the reports worker runs them once started.
-    manage(env, "generate_traffic", "--demo", capture=True)
-    manage(env, "run_reports", "--if-never-run", capture=True)
-    return manage(env, "worker_queues", capture=True), [users, admin]
+    logins: list[str] = []
+    with said_if_a_step_fails(logins):
+        logins.append(manage(env, "ensure_admin", capture=True))
+        logins.insert(0, manage(env, "ensure_demo_users", capture=True))
+        # A small incident for the report pages (once), and their first runs, so that no
+        # report page of a fresh demo is empty; the reports worker runs them once started.
+        manage(env, "generate_traffic", "--demo", capture=True)
+        manage(env, "run_reports", "--if-never-run", capture=True)
+        queues = manage(env, "worker_queues", capture=True)
+    return queues, logins
+
+
+@contextlib.contextmanager
+def said_if_a_step_fails(logins: list[str]):
+    """Say the `logins` made so far if a step fails: their passwords are shown once,
+    and the next run, finding the users, makes none."""
+    try:
+        yield
+    except subprocess.CalledProcessError:
+        for login in logins:
+            say(login)
+        raise
 
 
 def where_the_keys_are(data_dir: Path) -> str:
@@ -207,17 +235,29 @@ def wait_until_serving(host: str, port: int) -> None:
 
 def command_run(args: argparse.Namespace) -> int:
     """Start services, prepare the database, then the web server and workers, and
-    keep them all running until Ctrl-C or SIGTERM."""
+    keep them all running until Ctrl-C or SIGTERM. A data folder another run or
+    `services` holds is refused before anything starts (launcher.folder_lock)."""
+    return holding_data_folder(args.data_dir, "./run", partial(run_console, args))
+
+
+def holding_data_folder(data_dir: Path, command: str, serve: Callable[[], int]) -> int:
+    """`serve()` while this process holds `data_dir` alone, as `command`; if another
+    process holds it, 1 and one line saying which, with nothing started or stopped."""
+    try:
+        lock = hold_alone(data_dir, holder_description(command))
+    except FolderInUse as error:
+        say(str(error))
+        return 1
+    try:
+        return serve()
+    finally:
+        lock.release()
+
+
+def run_console(args: argparse.Namespace) -> int:
+    """`command_run` once it holds the data folder."""
     data_dir = args.data_dir
-    env = dict(os.environ)
-    env.setdefault("SECRET_KEY", persistent_secret_key(data_dir))
-    env.setdefault("SIGNING_KEYS_DIR", str(signing_keys_dir(data_dir)))
-    if not args.verbose:
-        env.setdefault("LOG_LEVEL", "WARNING")
-    # The children's lines reach the launcher as they are written, not when a buffer
-    # fills, nor never if a child is killed.
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(fresh_metrics_dir(data_dir)))
+    env = console_environment(data_dir, verbose=args.verbose)
     services = PrivateServers(data_dir)
     supervisor = Supervisor()
     supervisor.install_signal_handlers()
@@ -235,15 +275,7 @@ def command_run(args: argparse.Namespace) -> int:
         environment = write_demo_settings(data_dir, env)
         # Said last, once the processes' start-up lines are out, so that it stays in view.
         wait_until_serving(args.host, args.port)
-        say(f"management commands beside it: .venv/bin/python manage.py ... (reads {environment})")
-        say(where_the_keys_are(data_dir))
-        say(
-            "second factor of the demo users (all but the auditor) and the admin: "
-            ".venv/bin/python manage.py demo_code USER prints the code to type"
-        )
-        for login in logins:  # the admin's password last but the address
-            say(login)
-        say(f"console at http://{args.host}:{args.port}/  (Ctrl-C stops everything)")
+        announce(args, data_dir, environment, logins)
         supervisor.wait()
         return 0
     finally:
@@ -253,6 +285,42 @@ def command_run(args: argparse.Namespace) -> int:
             listener.close()
         services.stop()
         say("stopped")
+
+
+# Celery warns a worker run as root (a demo in a container often is), at each start of
+# each worker, in 8 lines: under ./run, only when --verbose. Deployed roles keep it.
+CELERY_ROOT_WARNING_IGNORED = "ignore:You're running the worker with superuser privileges:Warning"
+
+
+def console_environment(data_dir: Path, *, verbose: bool) -> dict[str, str]:
+    """The environment of the console's processes under `./run`: this one's, with the
+    data folder's secret key and signing keys, quiet unless `verbose` (Spark's own
+    lines go to DATA_DIR/spark.log), so that the console's address is its last line."""
+    env = dict(os.environ)
+    env.setdefault("SECRET_KEY", persistent_secret_key(data_dir))
+    env.setdefault("SIGNING_KEYS_DIR", str(signing_keys_dir(data_dir)))
+    if not verbose:
+        env.setdefault("LOG_LEVEL", "WARNING")
+        env.setdefault("SPARK_LOG_FILE", str(data_dir / SPARK_LOG_FILE_NAME))
+        env.setdefault("PYTHONWARNINGS", CELERY_ROOT_WARNING_IGNORED)
+    # The children's lines reach the launcher as they are written, not when a buffer
+    # fills, nor never if a child is killed.
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(fresh_metrics_dir(data_dir)))
+    return env
+
+
+def announce(args: argparse.Namespace, data_dir: Path, environment: Path, logins) -> None:
+    """What a user of the demo needs, the console's address last."""
+    say(f"management commands beside it: .venv/bin/python manage.py ... (reads {environment})")
+    say(where_the_keys_are(data_dir))
+    say(
+        "second factor of the demo users (all but the auditor) and the admin: "
+        ".venv/bin/python manage.py demo_code USER prints the code to type"
+    )
+    for login in logins:  # the admin's password last but the address
+        say(login)
+    say(f"console at http://{args.host}:{args.port}/  (Ctrl-C stops everything)")
 
 
 def command_test(args: argparse.Namespace) -> int:
@@ -313,9 +381,16 @@ def within_tier(pytest_args: list[str], tier: str) -> list[str]:
 
 def command_services(args: argparse.Namespace) -> int:
     """Start only the private services and print their URLs, for a developer's shell;
-    restart them if they die, until Ctrl-C or SIGTERM."""
+    restart them if they die, until Ctrl-C or SIGTERM. Like `./run`, it holds the data
+    folder: either would stop the servers the other uses."""
+    serve = partial(serve_private_servers, args.data_dir)
+    return holding_data_folder(args.data_dir, "python -m launcher services", serve)
+
+
+def serve_private_servers(data_dir: Path) -> int:
+    """`command_services` once it holds the data folder."""
     env: dict[str, str] = {}
-    services = PrivateServers(args.data_dir)
+    services = PrivateServers(data_dir)
     supervisor = Supervisor()
     supervisor.install_signal_handlers()
     try:
@@ -465,6 +540,9 @@ def main() -> int:
     args.pytest_args = extra
     try:
         return args.handler(args)
+    except ConfigurationError as error:  # found in the data folder, before any start
+        say(f"configuration error: {error}")
+        return 2
     except subprocess.CalledProcessError as error:
         say(f"a step failed ({' '.join(map(str, error.cmd[1:3]))}, exit {error.returncode})")
         return 1

@@ -265,10 +265,11 @@ class PrivateServers:
             if server is not None:
                 supervisor.watch(server)
 
-    def stop(self, *, adopted_too: bool = True) -> None:
-        """Stop the servers started here; with `adopted_too=False`, not those that were
-        running already (another test run in the same checkout is using them)."""
-        if self.redis and (adopted_too or self.redis.adopted_pid is None):
+    def stop(self) -> None:
+        """Stop the servers started here, and those adopted (an earlier run, killed,
+        left them): the data folder's lock (launcher.folder_lock) makes sure that no
+        other run still uses them."""
+        if self.redis:
             self.redis.stop()
-        if self.postgres and (adopted_too or not self.postgres.adopted):
+        if self.postgres:
             self.postgres.stop()

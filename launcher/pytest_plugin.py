@@ -6,8 +6,10 @@
 - Any other run gets the settings the tests rely on (short agent and Celery timings,
   a throwaway SECRET_KEY) unless the environment sets them, and private PostgreSQL and
   Redis servers under var/test/ (started here, stopped at the end) unless DATABASE_URL
-  and REDIS_URL name servers already running. Static files are collected again only
-  when they changed since the last run.
+  and REDIS_URL name servers already running. Two test runs in one checkout share
+  them: each holds var/test's lock shared (launcher.folder_lock), and the last one out
+  stops them. Static files are collected again only when they changed since the last
+  run.
 - Run in parallel (`pytest -n N`, as ./test does), each test process gets a Redis
   database and, when the run started its own, a PostgreSQL server of its own.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import shutil
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -24,6 +27,7 @@ import pytest
 from pytest_django.lazy_django import django_settings_is_configured
 
 from launcher.embedded import PrivateServers
+from launcher.folder_lock import FolderInUse, FolderLock, hold_shared, holder_description
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DATA = ROOT / "var" / "test"
@@ -41,7 +45,11 @@ TEST_SETTINGS = {
     # The tree settles after a change within a tenth of a second rather than one.
     "TREE_FRESH_FOR_MS": "50",
 }
+# A run that is stopping its servers holds the folder alone for the few seconds it takes.
+FOLDER_WAIT_S = 60.0
 _servers: PrivateServers | None = None
+_lock: FolderLock | None = None
+_signing_keys: Path | None = None
 
 
 @pytest.hookimpl(wrapper=True)
@@ -75,22 +83,37 @@ def provide_test_environment(env) -> None:
     if not env.get("DATABASE_URL") or not env.get("REDIS_URL"):
         if not env.get("DATABASE_URL"):
             env[PRIVATE_POSTGRES] = "1"
-        _servers = PrivateServers(TEST_DATA)
+        _servers = private_servers(TEST_DATA)
         _servers.provide(env)  # starts what is missing and sets its URL in `env`
     if env.get(XDIST_WORKER):  # one of several processes running the tests (pytest -n N)
         keep_apart(env, env[XDIST_WORKER])
-    process = env.get(XDIST_WORKER, "main")
     # A worker inherits the main process's folder: it gets one of its own instead.
-    if env.get("SIGNING_KEYS_DIR") in (None, "", str(TEST_DATA / "signing-keys" / "main")):
-        env["SIGNING_KEYS_DIR"] = str(signing_keys_dir(process))
+    if env.get("SIGNING_KEYS_DIR") in (None, "", env.get(OWN_SIGNING_KEYS)):
+        env["SIGNING_KEYS_DIR"] = env[OWN_SIGNING_KEYS] = str(signing_keys_dir(env))
 
 
-def signing_keys_dir(process: str) -> Path:
-    """The folder of the console's signing keys for one test process (its web server
-    and worker read the same): tests of other processes make keys of the same names."""
-    folder = TEST_DATA / "signing-keys" / process
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return folder
+def private_servers(folder: Path) -> PrivateServers:
+    """The private servers of `folder`, once this run shares the folder's lock with the
+    other test runs (a `./run` or `services` on it is refused, and refuses them)."""
+    global _lock
+    try:
+        _lock = hold_shared(folder, holder_description("a test run"), wait_s=FOLDER_WAIT_S)
+    except FolderInUse as error:
+        raise pytest.UsageError(str(error)) from None
+    return PrivateServers(folder)
+
+
+def signing_keys_dir(env) -> Path:
+    """A new folder for the console's signing keys of this test process (its web server
+    and worker read the same), removed when it ends: tests of other processes, and of
+    another run at once, make keys of the same names, and every rotation keeps the old
+    key aside (broker.services.signing_keys)."""
+    global _signing_keys
+    process = env.get(XDIST_WORKER, "main")
+    _signing_keys = TEST_DATA / "signing-keys" / f"{process}-{os.getpid()}"
+    shutil.rmtree(_signing_keys, ignore_errors=True)  # of a process long gone, same pid
+    _signing_keys.mkdir(mode=0o700, parents=True)
+    return _signing_keys
 
 
 def keep_apart(env, worker: str) -> None:
@@ -103,7 +126,7 @@ def keep_apart(env, worker: str) -> None:
     keep_apart_in_redis(env, worker)
     if env.get(PRIVATE_POSTGRES):
         del env["DATABASE_URL"]
-        _servers = PrivateServers(TEST_DATA / worker)
+        _servers = private_servers(TEST_DATA / worker)
         _servers.provide(env)  # PostgreSQL alone: REDIS_URL is set
 
 
@@ -111,6 +134,8 @@ def keep_apart(env, worker: str) -> None:
 XDIST_WORKER = "PYTEST_XDIST_WORKER"
 # Set by this plugin when the run started its own PostgreSQL, for its other processes.
 PRIVATE_POSTGRES = "SN_TESTS_PRIVATE_POSTGRES"
+# The SIGNING_KEYS_DIR this plugin made, which a process it starts makes anew for itself.
+OWN_SIGNING_KEYS = "SN_TESTS_OWN_SIGNING_KEYS"
 REDIS_URLS = ("REDIS_URL", "CHANNEL_LAYER_URL", "CELERY_BROKER_URL")
 
 
@@ -138,14 +163,23 @@ def pytest_configure(config) -> None:
 
 
 def pytest_unconfigure(config) -> None:
+    if _signing_keys is not None:
+        shutil.rmtree(_signing_keys, ignore_errors=True)
     if _servers is None:
         return
     if django_settings_is_configured():
         from broker.push.to_consoles import settle
 
         settle()  # what the tests announced last is sent before Redis goes
-    # Servers another run started (a second run in the same checkout) are left to it.
-    _servers.stop(adopted_too=False)
+    stop_servers_if_last()
+
+
+def stop_servers_if_last() -> None:
+    """Stop the private servers if no other test run shares them (whoever started
+    them: a run that adopted them may be the last); otherwise leave them to the last."""
+    if _lock.take_alone():
+        _servers.stop()
+    _lock.release()
 
 
 def collect_static_if_changed() -> None:

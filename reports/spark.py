@@ -58,32 +58,55 @@ def warm_up() -> float:
 
 
 def _build_session():
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     # py4j says INFO when its connections close, even at interpreter exit, after the
     # log's streams are closed (a "Logging error" on every exit).
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
-    builder = (
-        SparkSession.builder.master(settings.SPARK_MASTER)
-        .appName("selective-notification-reports")
-        .config("spark.driver.memory", settings.SPARK_DRIVER_MEMORY)
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
-        # The console's progress bar on stderr: the run's own progress is on its page.
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(_shuffle_partitions()))
-        .config("spark.sql.adaptive.enabled", str(not _is_local()).lower())
-        # A batch is often one file of a few row groups: splits of 8 MB (not 128) let
-        # every core read a part of it, without a shuffle to spread it.
-        .config("spark.sql.files.maxPartitionBytes", "8m" if _is_local() else "128m")
-        # Compiled code is cached by its text; Spark keeps 100 classes, fewer than one
-        # audit report compiles (about 130): each run compiled them all again (4 s).
-        .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
-    )
-    spark = builder.getOrCreate()
+    conf = SparkConf().setMaster(settings.SPARK_MASTER).setAppName(APP_NAME)
+    conf.setAll(_configuration().items())
+    # The context on a JVM started here, whose output goes where SPARK_LOG_FILE says;
+    # the session then takes it.
+    SparkContext(conf=conf, gateway=_gateway(conf))
+    spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+APP_NAME = "selective-notification-reports"
+
+
+def _configuration() -> dict[str, str]:
+    return {
+        "spark.driver.memory": settings.SPARK_DRIVER_MEMORY,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
+        # The console's progress bar on stderr: the run's own progress is on its page.
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(_shuffle_partitions()),
+        "spark.sql.adaptive.enabled": str(not _is_local()).lower(),
+        # A batch is often one file of a few row groups: splits of 8 MB (not 128) let
+        # every core read a part of it, without a shuffle to spread it.
+        "spark.sql.files.maxPartitionBytes": "8m" if _is_local() else "128m",
+        # Compiled code is cached by its text; Spark keeps 100 classes, fewer than one
+        # audit report compiles (about 130): each run compiled them all again (4 s).
+        "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
+    }
+
+
+def _gateway(conf):
+    """Spark's JVM, started for `conf`. Its own lines (its start-up, its log: nothing
+    of a report's failure, which reaches the run as an exception) are appended to
+    SPARK_LOG_FILE when it is set, and the JVM's children write there too; otherwise
+    they go to this process's output."""
+    from pyspark.java_gateway import launch_gateway
+
+    if not settings.SPARK_LOG_FILE:
+        return launch_gateway(conf)
+    with open(settings.SPARK_LOG_FILE, "ab") as log:
+        return launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
 
 
 def _shuffle_partitions() -> int:

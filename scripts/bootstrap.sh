@@ -24,6 +24,8 @@ STAMP="$VENV/.installed-$(cat "$ROOT/pyproject.toml" "$ROOT/agent/pyproject.toml
 if [ ! -f "$STAMP" ]; then
     echo "[bootstrap] installing pinned dependencies"
     # Some machines' pip configuration names absent local indexes; hide only that noise.
+    # The agent from agent/ in the same command as the console, whose sn-agent pin it
+    # satisfies: pip never looks the name up in an index.
     LOG="$VENV/install.log"
     if ! { "$VENV/bin/python" -m pip install --quiet --upgrade pip &&
         "$VENV/bin/python" -m pip install --quiet -e "$ROOT/agent" -e "$ROOT[dev]"; } >"$LOG" 2>&1; then

@@ -42,6 +42,7 @@ FULL_TIER = {
     "spawn_worker": "worker",
     "reports_worker": "spark",
     "spark": "spark",
+    "spark_in_a_process": "spark",  # tests/reports/conftest.py: a JVM of its own
     "cluster": "spark",  # tests/launcher/test_hosts.py: a Spark standalone cluster
     "deployment": "server",  # and its hosts
 }

@@ -10,6 +10,7 @@ from guardian.models import GroupObjectPermission, UserObjectPermission
 
 from broker.models import (
     Client,
+    SendTemplate,
 )
 from broker.roles import SEND, SEND_AS
 
@@ -43,6 +44,12 @@ def senders_for(user) -> QuerySet[Client]:
     if user.has_perm(SEND_AS):
         return senders
     return senders.filter(pk__in=granted_sender_ids(user))
+
+
+def send_templates() -> list[SendTemplate]:
+    """The ready-made sends the Send page offers, as they were first saved, each with
+    its sender."""
+    return list(SendTemplate.objects.select_related("sender").order_by("id"))
 
 
 def sending_holders(client: Client) -> list[str]:

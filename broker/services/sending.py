@@ -1,6 +1,7 @@
 """Operators sending as a sender client from the console: who may act for which
 sender (an object permission per sender client, django-guardian), the confirmation a
-large send needs, and resending to the receivers that did not answer.
+large send needs, resending to the receivers that did not answer, and the ready-made
+sends the Send page offers.
 
 The sender's qualifying attributes stay the ones its authorities attested: acting for a
 sender never lets an operator choose them.
@@ -8,6 +9,7 @@ sender never lets an operator choose them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +21,7 @@ from guardian.models import GroupObjectPermission, UserObjectPermission
 from broker import audit
 from broker.audit import Actor
 from broker.errors import BrokerError, InvalidInput, NotAuthorised
-from broker.models import Client, Event
+from broker.models import Client, Event, SendTemplate
 from broker.reads.progress import UNANSWERED_STATES
 from broker.reads.reach import Reach, reach_of
 from broker.reads.sending import granted_sender_ids, send_as_permission
@@ -236,3 +238,38 @@ def _holder_name(holder: AbstractBaseUser | Group) -> str:
     if isinstance(holder, Group):
         return f"group:{holder.name}"
     return f"user:{holder.get_username()}"
+
+
+SLUG = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+MAX_SLUG = 64
+MAX_TITLE = 200
+
+
+def save_send_template(*, slug: str, title: str, draft: Draft, actor: Actor) -> SendTemplate:
+    """Offer `draft` ready-made on the Send page as `title` (`?template=SLUG`), or put
+    it in place of the one of that slug. It is checked as publishing checks an event
+    (a refusal audited, naming its field), so that what the page fills in can be sent,
+    as its sender's attributes and receivers' policies stand. Audited."""
+    target = f"send_template:{slug}"
+    with audit.refusals_recorded(actor=actor, action="send_template.save", target=target):
+        _check_template_names(slug, title)
+    check_event(**draft.event_fields(), actor=actor)
+    with transaction.atomic():
+        fields = {"title": title, **draft.event_fields()}
+        template, made = SendTemplate.objects.update_or_create(slug=slug, defaults=fields)
+        details = {"title": title, "sender": draft.sender.name, "replaced": not made}
+        audit.record_change(
+            actor=actor, action="send_template.save", target=target, details=details
+        )
+    return template
+
+
+def _check_template_names(slug: str, title: str) -> None:
+    if not isinstance(slug, str) or len(slug) > MAX_SLUG or not SLUG.fullmatch(slug):
+        raise InvalidInput(
+            f"a template's slug is 1-{MAX_SLUG} lower-case letters and digits, in words "
+            "joined by '-' (worm-alert)",
+            field="slug",
+        )
+    if not isinstance(title, str) or not title.strip() or len(title) > MAX_TITLE:
+        raise InvalidInput(f"a template's title is 1-{MAX_TITLE} characters", field="title")

@@ -1,10 +1,16 @@
 """Signing keys: a sender's public key, which authorities' attestations bind, and the
 private keys the console keeps for the senders and authorities it signs for
-(docs/security.md, "Signed events"). Every change is audited."""
+(docs/security.md, "Signed events"). Every change is audited.
+
+A private key file is never lost: one replaced by a new key (a rotation) or given up
+(an authority that now signs with its own tooling) is kept aside beside it, as
+NAME.pem.replaced-TIME, which the console never reads; delete it once no agent
+trusts that key any more."""
 
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 from django.db import transaction
@@ -83,8 +89,8 @@ def _check_public_key(public_key: str, *, actor: Actor, action: str, target: str
 
 def _remove_key(kind: str, name: str) -> None:
     path = seals.key_path(kind, name)
-    if path is not None:
-        path.unlink(missing_ok=True)
+    if path is not None and _keep_aside(path):
+        path.unlink()
 
 
 def _record_authority_key(authority: Authority, public_key: str, actor: Actor) -> None:
@@ -112,7 +118,8 @@ def _seal_all_attestations_of(client: Client) -> int:
 
 
 def _write_key(kind: str, name: str, key) -> None:
-    """Write the private key readable by its owner only, replacing any old one at once."""
+    """Write the private key readable by its owner only, in place of any old one at
+    once (the console never signs with neither), the old one kept aside."""
     path = seals.key_path(kind, name)
     if path is None:
         raise InvalidInput("set SIGNING_KEYS_DIR to keep signing keys", field="SIGNING_KEYS_DIR")
@@ -123,4 +130,17 @@ def _write_key(kind: str, name: str, key) -> None:
         file.write(signatures.private_key_pem(key))
         file.flush()
         os.fsync(file.fileno())
+    _keep_aside(path)
     os.replace(partial, path)
+
+
+def _keep_aside(path: Path) -> Path | None:
+    """Link the key file at `path` (if there is one) to a name of its own beside it,
+    NAME.pem.replaced-TIME, which nothing reads; that name, or None. A link: the key
+    stays at `path` too, for the moment it is replaced in one step."""
+    aside = path.with_name(f"{path.name}.replaced-{datetime.now(UTC):%Y%m%dT%H%M%S.%fZ}")
+    try:
+        os.link(path, aside)
+    except FileNotFoundError:
+        return None
+    return aside

@@ -22,12 +22,13 @@ def home(request: HttpRequest) -> HttpResponse:
 @never_cache
 def health_page(request: HttpRequest) -> HttpResponse:
     """The health page (logged in); htmx asks for just its `checks` partial to refresh it.
-    While the database is down, no login can be checked: the checks are shown all the
-    same (/healthz.json shows them to anyone), so that the page says what is wrong."""
+    While the database is down, no login can be checked: the page then shows what
+    /healthz.json shows anyone (each check up or down), so that it still says what is
+    wrong without telling a stranger the details."""
     try:
         logged_in = request.user.is_authenticated
     except DatabaseError:
-        return _health_checks(request, status=200 if request.htmx else 503)
+        return _public_health_checks(request, status=200 if request.htmx else 503)
     if not logged_in:
         return redirect_to_login(request.get_full_path())
     if not request.htmx:
@@ -35,7 +36,7 @@ def health_page(request: HttpRequest) -> HttpResponse:
     return _health_checks(request)
 
 
-def _health_checks(request: HttpRequest, *, status: int = 200) -> HttpResponse:
+def _health_checks(request: HttpRequest) -> HttpResponse:
     # htmx swaps only successful answers, hence 200 for it even when checks fail.
     checks = health.run_all_checks()
     context = {
@@ -44,6 +45,13 @@ def _health_checks(request: HttpRequest, *, status: int = 200) -> HttpResponse:
         "processes": _processes_unless_database_down(),
         "late_after_s": processes.LATE_AFTER_S,
     }
+    return render(request, "console/health.html#checks", context)
+
+
+def _public_health_checks(request: HttpRequest, *, status: int) -> HttpResponse:
+    # No latency, detail or process list: whoever asks may be anyone.
+    checks = health.run_all_checks()
+    context = {"checks": checks, "all_ok": all(check.ok for check in checks), "public": True}
     return render(request, "console/health.html#checks", context, status=status)
 
 
@@ -57,8 +65,8 @@ def _processes_unless_database_down() -> processes.Processes:
 @require_GET
 @never_cache
 def health_json(request: HttpRequest) -> JsonResponse:
-    """Machine-readable health for monitors: 200 when every check passes, else 503."""
-    checks = health.run_all_checks()
-    all_ok = all(check.ok for check in checks)
-    payload = {"ok": all_ok, "checks": [check.as_dict() for check in checks]}
-    return JsonResponse(payload, status=200 if all_ok else 503)
+    """Health for monitors and anyone else: 200 when every check passes, else 503, and
+    each check up or down by name. No versions, latencies or error texts: those name
+    the servers and how they are reached, and are on the logged-in page only."""
+    payload = health.public_health(health.run_all_checks())
+    return JsonResponse(payload, status=200 if payload["ok"] else 503)

@@ -15,7 +15,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from broker.errors import BrokerError, NotAuthorised
 from broker.inputs import invisible_in
 from broker.models import Event
-from broker.reads.sending import senders_for
+from broker.reads.sending import send_templates, senders_for
 from broker.roles import SEND
 from broker.seals import console_signs_as
 from broker.services.sending import (
@@ -28,7 +28,6 @@ from broker.services.sending import (
 from broker.vocabulary import event_vocabulary
 from console.access import fresh_code_form, has_fresh_code, requires
 from console.drafts import draft_from
-from demo.scenario import SEND_TEMPLATES
 
 TEMPLATE = "console/send.html"
 LIFETIMES = ((60, "1 minute"), (300, "5 minutes"), (600, "10 minutes"), (3600, "1 hour"))
@@ -37,12 +36,14 @@ LIFETIMES = ((60, "1 minute"), (300, "5 minutes"), (600, "10 minutes"), (3600, "
 @require_GET
 @requires(SEND, action="event.compose")
 def compose(request: HttpRequest) -> HttpResponse:
-    """The send form, filled from a template (`?template=`) or a selector (`?selector=`)."""
-    templates = {template.slug: template for template in SEND_TEMPLATES}
-    chosen = templates.get(request.GET.get("template", ""))
+    """The send form, filled from a ready-made send (`?template=SLUG`, as saved by
+    broker.services.sending.save_send_template) or a selector (`?selector=`)."""
+    templates = send_templates()
+    slug = request.GET.get("template", "")
+    chosen = next((template for template in templates if template.slug == slug), None)
     context = {
         "senders": list(senders_for(request.user)),
-        "templates": SEND_TEMPLATES,
+        "templates": templates,
         "initial": _initial(request, chosen),
         "declared": sorted(event_vocabulary().items()),
         "lifetimes": LIFETIMES,
@@ -55,7 +56,7 @@ def _initial(request: HttpRequest, chosen) -> dict:
     if chosen is not None:
         rows = [{"name": k, "value": _shown(v)} for k, v in chosen.content.items()]
         return {
-            "sender": chosen.sender,
+            "sender": chosen.sender.name,
             "selector": chosen.selector,
             "lifetime_s": chosen.lifetime_s,
             "channel": chosen.channel,

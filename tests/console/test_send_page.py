@@ -12,7 +12,7 @@ from broker.reads.search import receivers_chosen
 from broker.roles import OPERATOR
 from broker.services.policies import set_policy
 from broker.services.presence import session_opened
-from broker.services.sending import grant_sending
+from broker.services.sending import Draft, grant_sending, save_send_template
 from broker.services.signing_keys import make_sender_key
 from demo.scenario import OVERLOADED, VULNERABLE, WORM_ALERT
 from tests.cast import OPERATOR as OLIVIA_MEMBER
@@ -72,6 +72,38 @@ def test_a_template_fills_the_form(as_operator, scenario):
     body = as_operator.get(reverse("send"), {"template": "shutdown"}).content.decode()
 
     assert "shutdown" in body and "load &gt;= 0.8" in body and 'value="600"' in body
+
+
+def test_the_worm_alert_template_fills_the_form_as_the_tour_says(as_operator, scenario):
+    body = as_operator.get(reverse("send"), {"template": "worm-alert"}).content.decode()
+
+    assert '<option value="northwest-controller" selected>' in body
+    assert "region == &quot;Northwest&quot;" in body and 'value="alerts"' in body
+
+
+def test_the_page_offers_the_sends_the_service_keeps_not_the_demos_code(as_operator, scenario):
+    draft = Draft(
+        sender=scenario.controllers["intellimune-national"],
+        content={"kind": "command", "action": "status"},
+        selector='region == "Southeast"',
+        lifetime_s=90,
+        channel="commands",
+    )
+    save_send_template(slug="southeast-status", title="Status of the Southeast", draft=draft,
+                       actor=Actor("test", "t"))  # fmt: skip
+
+    page = as_operator.get(reverse("send")).content.decode()
+    filled = as_operator.get(reverse("send"), {"template": "southeast-status"}).content.decode()
+
+    assert 'data-template="southeast-status">Status of the Southeast</a>' in page
+    assert 'data-template="worm-alert">Worm alert to the Northwest</a>' in page
+    assert "region == &quot;Southeast&quot;" in filled and 'value="90"' in filled
+
+
+def test_an_unknown_template_leaves_the_form_empty(as_operator, scenario):
+    body = as_operator.get(reverse("send"), {"template": "no-such-send"}).content.decode()
+
+    assert "selected>" not in body and 'value="60"' in body
 
 
 def test_the_northwest_alert_reaches_exactly_the_northwest_servers(as_operator, scenario):

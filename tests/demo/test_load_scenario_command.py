@@ -4,13 +4,14 @@ the README shows."""
 
 import io
 import json
+import re
 import stat
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import Client as HttpClient
 
-from broker.models import AttributeValue, Client
+from broker.models import AttributeValue, Client, ClientModel, SendTemplate
 from broker.reads.clients import attested_attributes
 from demo.scenario import CONTROLLERS, trusted_authorities
 
@@ -44,6 +45,35 @@ def test_the_scenario_keeps_its_keys_in_a_private_file_that_the_api_accepts(tmp_
     )
     assert (reply.status_code, reply.json()) == (200, {"attested": ["trust"]})
     assert attested_attributes(Client.objects.get(name="rogue-controller"))["trust"] == 2
+
+
+def test_a_keys_file_already_there_is_refused_before_anything_is_loaded(tmp_path):
+    path = tmp_path / "keys.json"
+    path.write_text('{"authorities": "of another database"}')
+
+    said = rf"^{re.escape(str(path))} already exists: .*--keys-file"
+    with pytest.raises(CommandError, match=said):
+        load(path)
+
+    assert path.read_text() == '{"authorities": "of another database"}'
+    assert not ClientModel.objects.exists()  # nothing whose keys could not be kept
+    assert [p.name for p in tmp_path.iterdir()] == ["keys.json"]
+
+
+def test_without_a_keys_file_the_keys_go_to_the_data_folders_new_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("DATA_DIR", str(tmp_path / "demo"))
+    call_command("load_scenario", "--servers", "2", stdout=io.StringIO())
+    assert (tmp_path / "demo" / "keys.json").is_file()
+
+
+def test_a_scenario_loaded_before_sends_were_kept_gets_them_when_loaded_again(tmp_path):
+    load(tmp_path / "keys.json")
+    SendTemplate.objects.all().delete()  # as a database loaded before they were kept
+
+    said = load(tmp_path / "keys.json")
+
+    assert "Offered ready-made sends on the Send page: worm-alert, disable-cgi" in said
+    assert SendTemplate.objects.count() == 4
 
 
 def test_loading_again_keeps_the_keys_of_the_first_load(tmp_path):

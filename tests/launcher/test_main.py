@@ -124,6 +124,7 @@ class ConsoleRun:
     postgres: EmbeddedPostgres
     redis: EmbeddedRedis
     env: dict[str, str]
+    data_dir: Path
 
     def pid(self, name: str) -> int:
         """The pid of the latest start of child `name`."""
@@ -197,7 +198,9 @@ def console_run(tmp_path_factory):
     output = launcher("run", *args, "--data-dir", str(folder / "data"), env=env)
     try:
         output.wait_for(r"^\[launcher\] console at http", timeout_s=LAUNCHER_START_TIMEOUT_S)
-        run = ConsoleRun(output, f"http://127.0.0.1:{port}", postgres, redis_server, env)
+        run = ConsoleRun(
+            output, f"http://127.0.0.1:{port}", postgres, redis_server, env, folder / "data"
+        )
         run.wait_until_healthy()
         yield run
         assert stop_launcher(output) == 0
@@ -219,6 +222,32 @@ def test_the_run_says_where_the_demo_keys_are_before_the_password_and_address(co
     # The admin's password and the address stay last.
     assert said.index(keys_line) < len(said) - 2
     assert "with password" in said[-2] and "console at" in said[-1]
+
+
+def test_a_second_run_on_its_data_folder_is_refused_and_the_first_runs_on(console_run):
+    run = console_run
+    mark = run.output.mark()
+
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", "run", "--data-dir", str(run.data_dir),
+         "--port", str(free_port()), "--fleet", "2"],
+        cwd=ROOT, env=run.env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+    assert done.returncode == 1
+    assert re.fullmatch(
+        rf"\[launcher\] the data folder {re.escape(as_typed(run.data_dir))} is in use by \./run "
+        rf"\(pid {run.output.process.pid}, started [-\d]+ [:\d]+\); "
+        r"stop it first or use --data-dir\n",
+        done.stdout,
+    ), done.stdout
+    assert run.health()[0] == 200
+    assert run.output.matching(r"^\[launcher\]", after=mark) == []  # nothing died
+
+
+def as_typed(folder: Path) -> str:
+    """A data folder as the launcher, run from the checkout, names it."""
+    return str(folder.relative_to(ROOT)) if folder.is_relative_to(ROOT) else str(folder)
 
 
 def test_a_killed_web_process_is_restarted_on_the_same_listening_socket(console_run):
@@ -266,7 +295,7 @@ def test_while_redis_is_down_health_says_so_and_the_console_recovers_unrestarted
     print(f"health answered in {answered_in:.2f} s; healthy {recovered_in:.1f} s after Redis")
     assert status == 503
     assert answered_in < DOWN_HEALTH_ANSWER_S
-    assert not checks["redis"]["ok"] and "Connection" in checks["redis"]["detail"]
+    assert checks["redis"] == {"name": "redis", "ok": False}  # its error is for the page
     assert checks["database"]["ok"]
     # Nothing died, and the launcher left alone the Redis it had not started.
     assert run.output.matching(r"^\[launcher\]", after=mark) == []
@@ -292,10 +321,12 @@ def test_while_postgresql_is_down_health_says_so_and_the_console_recovers_unrest
     print(f"health answered in {answered_in:.2f} s; healthy {recovered_in:.1f} s after PostgreSQL")
     assert status == 503
     assert answered_in < DOWN_HEALTH_ANSWER_S
-    assert not checks["database"]["ok"] and "OperationalError" in checks["database"]["detail"]
+    assert checks["database"] == {"name": "database", "ok": False}
     assert checks["redis"]["ok"]
-    # The page cannot check the login, and says what is wrong all the same.
+    # The page cannot check the login, and says what is wrong all the same, no more
+    # than the public answer does.
     assert page[0] == 503 and '<tr class="bad" data-check="database">' in page[1]
+    assert "OperationalError" not in page[1] and "data-health-public" in page[1]
     assert fragment[0] == 200 and 'data-health-state="failing"' in fragment[1]
     assert run.output.matching(r"^\[launcher\]", after=mark) == []
     # Still logged in: the page is served, not the login form.

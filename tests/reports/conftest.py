@@ -3,6 +3,9 @@ through the real service and exported to a dataset of the test's own."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ from django.test import override_settings
 
 from reports import spark as reports_spark
 from tests.broker.tree_helpers import wait_until_idle
+from tests.conftest import ROOT
 from tests.reports.incident import Incident, play_incident
 
 
@@ -18,6 +22,21 @@ from tests.reports.incident import Incident, play_incident
 def spark():
     """The process's SparkSession (local), started once for the whole run."""
     return reports_spark.session()
+
+
+@pytest.fixture
+def spark_in_a_process():
+    """Run Python `code` in a new process with the settings set up (so that it starts a
+    JVM of its own), `env` added to its environment; what it wrote."""
+
+    def run(code: str, **env: str) -> subprocess.CompletedProcess:
+        prelude = "import django; django.setup()\n"
+        return subprocess.run(
+            [sys.executable, "-c", prelude + code], cwd=ROOT, env={**os.environ, **env},
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    return run
 
 
 @pytest.fixture

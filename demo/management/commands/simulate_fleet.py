@@ -14,6 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from broker.audit import Actor
 from broker.services.clients import issue_fleet_tokens
+from demo.data_folder import write_new_private
 from demo.scenario import WEB_SERVER_POLICY, ensure_web_servers, trusted_authorities
 
 SIMULATOR = Actor("system", "fleet-simulator")
@@ -73,10 +74,8 @@ class Command(BaseCommand):
                 "trust": trust,
                 "agents": [{"token": tokens[c.pk], "values": values} for c, values in mine],
             }
-            path = folder / f"fleet-{part}.json"
-            path.write_text(json.dumps(spec))
-            path.chmod(0o600)  # it holds tokens
-            paths.append(path)
+            # It holds tokens: private from its first byte, in a folder made just now.
+            paths.append(write_new_private(folder / f"fleet-{part}.json", json.dumps(spec)))
         return paths
 
 

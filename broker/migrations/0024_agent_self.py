@@ -5,7 +5,7 @@ class Migration(migrations.Migration):
     """What each agent says of itself at login: its software and what it acts on."""
 
     dependencies = [
-        ("broker", "0022_authority_signing_key"),
+        ("broker", "0023_send_templates"),
     ]
 
     operations = [
