@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+from django.db.models import Max
 from django.utils import timezone
 from sn_agent.journal import Journal
 from sn_agent.signatures import event_envelope, new_private_key, public_key_text, sign
@@ -105,9 +106,10 @@ def junk_deliveries(genuine: Event, count: int) -> list[Delivery]:
     now = timezone.now()
     fields.update(seal=None, idempotency_key="", published_at=now)
     fields.update(expires_at=now + timedelta(hours=1))
+    stream = Event.objects.filter(sender_id=genuine.sender_id, channel=genuine.channel)
+    after = stream.aggregate(Max("sequence"))["sequence__max"] + 10_000  # far ahead
     events = Event.objects.bulk_create(
-        Event(**{**fields, "id": uuid.uuid4(), "sequence": genuine.sequence + 10_000 + n})
-        for n in range(count)
+        Event(**{**fields, "id": uuid.uuid4(), "sequence": after + n}) for n in range(count)
     )
     receiver = Client.objects.get(name=SERVER)
     first = next_position(count)

@@ -10,7 +10,7 @@ import shutil
 import time
 
 import pytest
-from sn_agent.journal import KEEP_ANSWERED
+from sn_agent.journal import Journal
 
 from broker.models import Delivery
 from broker.services.events import publish_event
@@ -24,18 +24,37 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_a_command_pushed_out_of_the_journal_by_1010_junk_deliveries_is_not_run_again(
     agent, web_server
 ):
+    # As the attack was found: an agent that had handled 190 deliveries, a genuine
+    # command, then 1,010 junk deliveries written into the database. The journal keeps
+    # the newest 1,000 answered deliveries: the genuine one is pruned from them.
     agent.start()
+    first = command(web_server, "noop")
+    wait_answered(first)
+    wait_for_answers(junk_deliveries(first, 189))
     genuine = command(web_server, "disable-cgi")
     assert wait_answered(genuine).state == "acked"
-    junk = junk_deliveries(genuine, KEEP_ANSWERED + 10)
-    wait_for(lambda: answered(junk[-1]), "the junk was answered", 180)
+    wait_for_answers(junk_deliveries(genuine, 1010))
+    position = Delivery.objects.get(event=genuine).position
+    assert position not in kept_positions(agent)  # pushed out of the kept deliveries
 
     again = redelivered(genuine)
     wait_for(lambda: answered(again), "the replay was answered")
 
     error = Delivery.objects.get(pk=again.pk).result["error"]
-    assert f"event {genuine.pk} was handed over before" in error
+    assert f"event {genuine.pk} was handed over before, at position {position}" in error
     assert [r["event"] for r in agent.recorded()] == [str(genuine.pk)]
+
+
+def wait_for_answers(deliveries) -> None:
+    wait_for(lambda: answered(deliveries[-1]), f"{len(deliveries)} junk answered", 180)
+
+
+def kept_positions(agent) -> set[int]:
+    journal = Journal(agent.folder / "state", read_only=True)
+    try:
+        return {entry.position for entry in journal.latest(5000)}
+    finally:
+        journal.db.close()
 
 
 def test_a_command_replayed_after_the_agents_state_folder_was_wiped_is_not_run_again(
