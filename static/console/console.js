@@ -8,10 +8,24 @@
 // with data-elapsed-since (an ISO time) count the time since it, locally, every second.
 // A button marked data-clears="SELECTOR" empties the nearest enclosing element that
 // matches (a dialog's Cancel): in this file, because the Content-Security-Policy
-// allows no inline handler.
+// allows no inline handler. A renewed CSRF token is handed to the page's forms.
 document.addEventListener("click", function (event) {
   const button = event.target.closest("[data-clears]");
   if (button) button.closest(button.dataset.clears).replaceChildren();
+});
+
+// A response that renewed the session's CSRF token (a code typed in place, a change of
+// roles) hands it over in its HX-Trigger header (console/sessions.py): the page's htmx
+// requests and every form on it take it, or their next post would be refused.
+document.addEventListener("csrf-renewed", function (event) {
+  const token = event.detail.token;
+  const body = document.body;
+  const headers = JSON.parse(body.getAttribute("hx-headers") || "{}");
+  headers["X-CSRFToken"] = token;
+  body.setAttribute("hx-headers", JSON.stringify(headers));
+  document.querySelectorAll("input[name=csrfmiddlewaretoken]").forEach(function (input) {
+    input.value = token;
+  });
 });
 
 (function () {
