@@ -95,7 +95,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    # An htmx page gets the CSRF token renewed during its request (console/sessions.py).
+    # A change of roles renews the session's key and CSRF token; an htmx page gets the
+    # token renewed during its request (console/sessions.py).
     "console.sessions.SessionRenewal",
     # A role that changes anything reaches no page before its second factor.
     "console.middleware.RequireSecondFactor",

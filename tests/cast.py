@@ -73,16 +73,19 @@ def next_code(member: Member) -> str:
 
 def second_factor_proved(client, user) -> None:
     """Mark the test client's session as having proved `user`'s second factor just
-    now, as the second factor's page does (the login itself is force_login's)."""
+    now, as the second factor's page does (the login itself is force_login's), sealed
+    with the user's roles as the pages before leave it."""
     from django_otp import DEVICE_ID_SESSION_KEY
     from django_otp.plugins.otp_totp.models import TOTPDevice
 
     from console.access import CODE_TYPED_AT
+    from console.sessions import ROLES_SEEN, roles_seal
 
     device = TOTPDevice.objects.filter(user=user, confirmed=True).first()
     session = client.session
     session[DEVICE_ID_SESSION_KEY] = device.persistent_id
     session[CODE_TYPED_AT] = time.time()
+    session[ROLES_SEEN] = roles_seal(user)
     session.save()
 
 
