@@ -35,6 +35,9 @@ document.addEventListener("csrf-renewed", function (event) {
   const timeEl = footer.querySelector("[data-clock-time]");
   const rttEl = footer.querySelector("[data-clock-rtt]");
   const REFRESH_MS = 2000;
+  // The page's own refreshes are not the operator's activity: a page left open must
+  // still end its session when idle (console/sessions.py).
+  const AUTO_REFRESH = { "X-Auto-Refresh": "1" };
   let socket = null;
   let timer = null;
   let retryDelay = 1000;
@@ -106,6 +109,7 @@ document.addEventListener("csrf-renewed", function (event) {
     }
     htmx.ajax("GET", window.location.href, {
       target: el, swap: "innerHTML", select: el.dataset.liveSelect || undefined,
+      headers: AUTO_REFRESH,
     }).then(function () { el.dataset.liveRefreshed = String(Date.now()); });
   }
 
