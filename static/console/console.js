@@ -38,6 +38,7 @@ document.addEventListener("csrf-renewed", function (event) {
   // The page's own refreshes are not the operator's activity: a page left open must
   // still end its session when idle (console/sessions.py).
   const AUTO_REFRESH = { "X-Auto-Refresh": "1" };
+  const SESSION_ENDED = 4440; // the socket's close code (console/consumers.py)
   let socket = null;
   let timer = null;
   let retryDelay = 1000;
@@ -59,9 +60,15 @@ document.addEventListener("csrf-renewed", function (event) {
       else if (message.type === "changed") changed(message.topic);
       else if (message.type === "watching") caughtUp(message.topics);
     });
-    socket.addEventListener("close", function () {
+    socket.addEventListener("close", function (event) {
       footer.dataset.state = "closed";
       window.clearInterval(timer);
+      // The session ended (idle, or at its lifetime): reloading shows the login page,
+      // which says why.
+      if (event.code === SESSION_ENDED) {
+        window.location.reload();
+        return;
+      }
       timeEl.textContent = "disconnected, retrying…";
       window.setTimeout(connect, retryDelay);
       retryDelay = Math.min(retryDelay * 2, 30000);

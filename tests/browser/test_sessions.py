@@ -1,6 +1,8 @@
 """Sessions in a real Chromium against a real Uvicorn: a code typed in place renews the
 session's key and CSRF token, and the page takes the new token, so that pressing the
-action again goes. Screenshots go to var/artifacts."""
+action again goes; a page left open refreshes its live parts as requests of its own
+(no activity), and when its session ends its socket closes and the page lands on the
+login page, which says why. Screenshots go to var/artifacts."""
 
 from __future__ import annotations
 
@@ -12,11 +14,14 @@ import pytest
 from django.conf import settings
 from playwright.sync_api import expect
 
-from broker.models import AttributeValue
+from broker.audit import Actor
+from broker.models import AttributeValue, AuditEntry, Client
+from broker.services.clients import state_attributes
 from console.access import CODE_TYPED_AT
+from console.sessions import STARTED_AT
 from demo.scenario import load_scenario
 from tests.browser.conftest import log_in, shot
-from tests.cast import TRUST_OFFICER, create_member, next_code
+from tests.cast import OPERATOR, TRUST_OFFICER, create_member, next_code
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,6 +31,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def officer():
     load_scenario(servers=1)
     return create_member(TRUST_OFFICER)
+
+
+@pytest.fixture
+def operator():
+    load_scenario(servers=1)
+    return create_member(OPERATOR)
 
 
 def session_cookie(page) -> str:
@@ -79,3 +90,26 @@ def test_a_code_typed_in_place_renews_the_token_and_the_action_pressed_again_goe
     assert value.value == 3
     page.click("header form button:text('Log out')")  # a plain form: its token was renewed
     page.wait_for_url("**/login/")
+
+
+LIFETIME_ENDED = "Your session ended: sessions last at most 12 hours; log in again."
+
+
+def test_a_page_left_open_refreshes_on_its_own_and_lands_on_the_login_page_when_it_ends(
+    asgi_server, operator, page
+):
+    log_in(page, asgi_server, OPERATOR)
+    # The session's lifetime ends in 15 s (the web process keeps real time).
+    change_stored_session(page, **{STARTED_AT: time.time() - 12 * 3600 + 15})
+    server = Client.objects.get(name="web-00000")
+    page.goto(f"{asgi_server}/clients/{server.name}/")
+    expect(page.locator("#server-clock")).to_have_attribute("data-watching", f"client.{server.pk}")
+    with page.expect_request(lambda r: r.url.endswith(f"/clients/{server.name}/")) as refresh:
+        state_attributes(client=server, values={"load": 0.9}, actor=Actor("client", "test"))
+    headers = refresh.value.all_headers()
+    assert headers["hx-request"] == "true" and headers["x-auto-refresh"] == "1"
+    page.wait_for_url(lambda url: "/login/?next=" in url, timeout=30_000)
+    expect(page.locator("[data-login-notice]")).to_have_text(LIFETIME_ENDED)
+    shot(page, "login-after-the-session-ended")
+    ended = AuditEntry.objects.get(actor="user:olivia", action="console.session_end")
+    assert ended.details["reason"] == "lifetime"
