@@ -107,7 +107,25 @@ document.addEventListener("csrf-renewed", function (event) {
     });
   }
 
+  // A code typed in place renews the session's key (console/sessions.py): a refresh
+  // sent while it is checked would carry the old key, find no session and log the page
+  // out. Refreshes wait for its answer, which brings the new key.
+  let renewing = false;
+  function renewsSession(event) {
+    return event.detail.elt.closest("[data-renews-session]") !== null;
+  }
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (renewsSession(event)) renewing = true;
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (renewsSession(event)) renewing = false;
+  });
+
   function refresh(el) {
+    if (renewing) {
+      window.setTimeout(function () { refresh(el); }, 250);
+      return;
+    }
     delete el.dataset.refreshPending;
     lastRefresh.set(el, Date.now());
     if (el.querySelector("input[type=checkbox]:checked")) {
