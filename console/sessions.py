@@ -73,9 +73,10 @@ class SessionEnd:
 
     def audit_details(self) -> dict:
         """What the audit entry of the logout keeps of it."""
-        limit = {IDLE: f"{settings.SESSION_IDLE_MIN} min idle"}.get(
-            self.reason, f"{settings.SESSION_MAX_HOURS} h in all"
-        )
+        if self.reason == IDLE:
+            limit = f"{settings.SESSION_IDLE_MIN} min idle"
+        else:
+            limit = f"{settings.SESSION_MAX_HOURS} h in all"
         ended_at = datetime.fromtimestamp(self.at, UTC).isoformat(timespec="seconds")
         return {"reason": self.reason, "limit": limit, "ended_at": ended_at}
 

@@ -130,6 +130,15 @@ def test_an_htmx_request_meeting_an_ended_session_goes_to_the_login_page_not_int
     assert IDLE_ENDED in as_operator.get(again.headers["HX-Redirect"]).content.decode()
 
 
+def test_an_htmx_request_from_a_page_elsewhere_is_sent_to_the_login_page_with_no_way_back(
+    as_operator, clock
+):
+    as_operator.get("/fleet/")
+    clock.advance(minutes=31)
+    elsewhere = {"HTTP_HX_REQUEST": "true", "HTTP_HX_CURRENT_URL": "https://evil.example/x"}
+    assert as_operator.get("/fleet/", **elsewhere).headers["HX-Redirect"] == LOGIN
+
+
 def test_an_auditors_session_has_neither_limit(as_auditor, clock):
     as_auditor.get("/audit/")
     clock.advance(hours=13)
