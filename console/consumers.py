@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
 from datetime import UTC, datetime
+from importlib import import_module
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from django.contrib.auth import SESSION_KEY
 from django_otp import DEVICE_ID_SESSION_KEY
 
 from broker import protocol
@@ -16,9 +20,16 @@ from broker.consumers import SendsUntilClosed
 from broker.push import outages
 from broker.push.to_consoles import EVENTS, FLEET, REPORTS, TREE, console_group
 from broker.roles import READ, needs_second_factor
+from console import sessions
+from console.sessions import SessionEnd, session_end
 
 # Close code for an unauthenticated socket (4000-4999 are free for applications).
 CLOSE_UNAUTHENTICATED = 4401
+# Close code for a socket whose session ended (console/sessions.py): the page reloads,
+# onto the login page that says why.
+CLOSE_SESSION_ENDED = 4440
+# The end of a session that is no longer stored (logged out, or renewed under a new key).
+SESSION_GONE = SessionEnd("gone", 0.0)
 logger = logging.getLogger(__name__)
 
 
@@ -49,6 +60,37 @@ class ConsoleConsumer(SendsUntilClosed, AsyncJsonWebsocketConsumer):
         await self.accept()
         if user is None or not user.is_authenticated or await _lacks_second_factor(self.scope):
             await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        end = await _session_end(self.scope)
+        if end is not None and end.at <= sessions.now():
+            await self.close(code=CLOSE_SESSION_ENDED)
+        elif end is not None:
+            self.session_clock = asyncio.create_task(self._close_at_end(end.at))
+
+    async def _close_at_end(self, end_at: float | None) -> None:
+        """Close the socket when its session ends (its idle limit or its lifetime).
+        The user's requests may have moved the end on meanwhile: at each end the
+        session is read again, and the socket waits for the new end if it moved."""
+        try:
+            while end_at is not None:
+                await asyncio.sleep(max(0.0, end_at - sessions.now()))
+                end_at = await self._close_if_ended()
+        except Exception as error:
+            if not outages.is_outage(error):
+                logger.exception("a console socket's session clock failed")
+            await self._close_for_outage()  # the page connects again, and is checked
+
+    async def _close_if_ended(self) -> float | None:
+        """Close the socket if its session has ended; else return when it ends as
+        stored now (None: it has no end to wait for)."""
+        end = await _stored_session_end(self.scope)
+        if end is SESSION_GONE:
+            await self.close(code=CLOSE_UNAUTHENTICATED)  # the page connects with its cookie
+            return None
+        if end is not None and end.at <= sessions.now():
+            await self.close(code=CLOSE_SESSION_ENDED)
+            return None
+        return None if end is None else end.at
 
     async def __call__(self, scope, receive, send) -> None:
         """As Channels' consumer; but when Redis goes while the socket waits on its
@@ -75,6 +117,8 @@ class ConsoleConsumer(SendsUntilClosed, AsyncJsonWebsocketConsumer):
         await self.disconnect(message.get("code", protocol.CLOSE_TRY_AGAIN_LATER))
 
     async def disconnect(self, code: int) -> None:
+        if (clock := getattr(self, "session_clock", None)) is not None:
+            clock.cancel()
         await self.leave_groups([console_group(topic) for topic in getattr(self, "watching", ())])
 
     async def receive_json(self, content, **kwargs) -> None:
@@ -151,3 +195,20 @@ def _lacks_second_factor(scope) -> bool:
     and has not (console.middleware.RequireSecondFactor, for pages)."""
     session = scope.get("session") or {}
     return needs_second_factor(scope["user"]) and DEVICE_ID_SESSION_KEY not in session
+
+
+@database_sync_to_async
+def _session_end(scope) -> SessionEnd | None:
+    """When the socket's session ends, as it was when the socket connected."""
+    return session_end(scope["session"], scope["user"])
+
+
+@database_sync_to_async
+def _stored_session_end(scope) -> SessionEnd | None:
+    """When the socket's session ends, as stored now (its user's requests may have
+    moved it on); SESSION_GONE if it is no longer the user's session."""
+    key = scope["session"].session_key
+    stored = import_module(settings.SESSION_ENGINE).SessionStore(key).load() if key else {}
+    if stored.get(SESSION_KEY) != str(scope["user"].pk):
+        return SESSION_GONE
+    return session_end(stored, scope["user"])

@@ -21,10 +21,17 @@ def audit_login(sender, request, user, **kwargs) -> None:
 
 @receiver(user_logged_out)
 def audit_logout(sender, request, user, **kwargs) -> None:
-    if user is not None:
-        audit.record_change(
-            actor=_operator(user.get_username()), action="console.logout", target="console"
-        )
+    """A logout, or the end of a session that ended (console.sessions.EndSessions
+    logged its user out, and says why on the request)."""
+    if user is None:
+        return
+    ended = getattr(request, "session_ended", None)
+    audit.record_change(
+        actor=_operator(user.get_username()),
+        action="console.logout" if ended is None else "console.session_end",
+        target="console",
+        details=None if ended is None else ended.audit_details(),
+    )
 
 
 @receiver(user_login_failed)

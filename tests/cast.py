@@ -73,16 +73,22 @@ def next_code(member: Member) -> str:
 
 def second_factor_proved(client, user) -> None:
     """Mark the test client's session as having proved `user`'s second factor just
-    now, as the second factor's page does (the login itself is force_login's)."""
+    now, as the second factor's page does (the login itself is force_login's), timed
+    and sealed with the user's roles as the login and the pages before leave it."""
     from django_otp import DEVICE_ID_SESSION_KEY
     from django_otp.plugins.otp_totp.models import TOTPDevice
 
+    from broker.roles import needs_second_factor
     from console.access import CODE_TYPED_AT
+    from console.sessions import ACTIVE_AT, ROLES_SEEN, STARTED_AT, roles_seal
 
     device = TOTPDevice.objects.filter(user=user, confirmed=True).first()
     session = client.session
     session[DEVICE_ID_SESSION_KEY] = device.persistent_id
-    session[CODE_TYPED_AT] = time.time()
+    session[CODE_TYPED_AT] = session[STARTED_AT] = time.time()
+    if needs_second_factor(user):
+        session[ACTIVE_AT] = session[STARTED_AT]  # only acting roles' activity is timed
+    session[ROLES_SEEN] = roles_seal(user)
     session.save()
 
 

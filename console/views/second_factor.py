@@ -20,6 +20,7 @@ from broker.errors import BrokerError
 from broker.reads.operators import has_second_factor, may_enrol, recovery_codes_left
 from broker.services.operators import check_second_factor, confirm_enrolment, enrolment_device
 from console.access import actor_of, note_code_typed
+from console.sessions import renew_session
 
 TEMPLATE = "console/second_factor.html"
 
@@ -88,8 +89,11 @@ def _qr_code(device) -> dict:
 
 
 def _proved(request: HttpRequest, device) -> None:
+    """Mark the session as proved by `device` just now, under a new key and CSRF
+    token: a cookie copied before the code (the password alone) must not inherit it."""
     otp_login(request, device)
     note_code_typed(request)
+    renew_session(request)
 
 
 def _next_page(request: HttpRequest) -> str:
@@ -102,7 +106,8 @@ def _next_page(request: HttpRequest) -> str:
 @require_POST
 def confirm_again(request: HttpRequest) -> HttpResponse:
     """A fresh code for the action refused a moment ago (an htmx fragment): the
-    operator then presses its button again."""
+    operator then presses its button again (the page gets the renewed CSRF token
+    from console.sessions.SessionRenewal)."""
     try:
         device = check_second_factor(
             user=request.user, code=request.POST.get("code", ""), actor=actor_of(request)

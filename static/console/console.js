@@ -8,10 +8,24 @@
 // with data-elapsed-since (an ISO time) count the time since it, locally, every second.
 // A button marked data-clears="SELECTOR" empties the nearest enclosing element that
 // matches (a dialog's Cancel): in this file, because the Content-Security-Policy
-// allows no inline handler.
+// allows no inline handler. A renewed CSRF token is handed to the page's forms.
 document.addEventListener("click", function (event) {
   const button = event.target.closest("[data-clears]");
   if (button) button.closest(button.dataset.clears).replaceChildren();
+});
+
+// A response that renewed the session's CSRF token (a code typed in place, a change of
+// roles) hands it over in its HX-Trigger header (console/sessions.py): the page's htmx
+// requests and every form on it take it, or their next post would be refused.
+document.addEventListener("csrf-renewed", function (event) {
+  const token = event.detail.token;
+  const body = document.body;
+  const headers = JSON.parse(body.getAttribute("hx-headers") || "{}");
+  headers["X-CSRFToken"] = token;
+  body.setAttribute("hx-headers", JSON.stringify(headers));
+  document.querySelectorAll("input[name=csrfmiddlewaretoken]").forEach(function (input) {
+    input.value = token;
+  });
 });
 
 (function () {
@@ -21,6 +35,10 @@ document.addEventListener("click", function (event) {
   const timeEl = footer.querySelector("[data-clock-time]");
   const rttEl = footer.querySelector("[data-clock-rtt]");
   const REFRESH_MS = 2000;
+  // The page's own refreshes are not the operator's activity: a page left open must
+  // still end its session when idle (console/sessions.py).
+  const AUTO_REFRESH = { "X-Auto-Refresh": "1" };
+  const SESSION_ENDED = 4440; // the socket's close code (console/consumers.py)
   let socket = null;
   let timer = null;
   let retryDelay = 1000;
@@ -42,9 +60,15 @@ document.addEventListener("click", function (event) {
       else if (message.type === "changed") changed(message.topic);
       else if (message.type === "watching") caughtUp(message.topics);
     });
-    socket.addEventListener("close", function () {
+    socket.addEventListener("close", function (event) {
       footer.dataset.state = "closed";
       window.clearInterval(timer);
+      // The session ended (idle, or at its lifetime): reloading shows the login page,
+      // which says why.
+      if (event.code === SESSION_ENDED) {
+        window.location.reload();
+        return;
+      }
       timeEl.textContent = "disconnected, retrying…";
       window.setTimeout(connect, retryDelay);
       retryDelay = Math.min(retryDelay * 2, 30000);
@@ -83,7 +107,25 @@ document.addEventListener("click", function (event) {
     });
   }
 
+  // A code typed in place renews the session's key (console/sessions.py): a refresh
+  // sent while it is checked would carry the old key, find no session and log the page
+  // out. Refreshes wait for its answer, which brings the new key.
+  let renewing = false;
+  function renewsSession(event) {
+    return event.detail.elt.closest("[data-renews-session]") !== null;
+  }
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (renewsSession(event)) renewing = true;
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (renewsSession(event)) renewing = false;
+  });
+
   function refresh(el) {
+    if (renewing) {
+      window.setTimeout(function () { refresh(el); }, 250);
+      return;
+    }
     delete el.dataset.refreshPending;
     lastRefresh.set(el, Date.now());
     if (el.querySelector("input[type=checkbox]:checked")) {
@@ -92,6 +134,7 @@ document.addEventListener("click", function (event) {
     }
     htmx.ajax("GET", window.location.href, {
       target: el, swap: "innerHTML", select: el.dataset.liveSelect || undefined,
+      headers: AUTO_REFRESH,
     }).then(function () { el.dataset.liveRefreshed = String(Date.now()); });
   }
 

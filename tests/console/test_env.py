@@ -118,6 +118,8 @@ def run_manage_check(**overrides: str) -> subprocess.CompletedProcess:
         ("LOG_LEVEL", "chatty"),
         ("SPARK_MASTER", ""),
         ("PRESENCE_REFRESH_S", "0"),
+        ("SESSION_IDLE_MIN", "0"),
+        ("SESSION_MAX_HOURS", "twelve"),
     ],
 )
 def test_start_up_stops_with_a_message_naming_the_malformed_variable(variable, value):
@@ -134,6 +136,12 @@ def test_a_presence_refresh_too_short_for_the_heartbeat_is_refused():
     result = run_manage_check(AGENT_HEARTBEAT_S="10", PRESENCE_REFRESH_S="5")
     assert result.returncode == 2
     assert result.stderr.startswith("Configuration error: PRESENCE_REFRESH_S must be more")
+
+
+def test_an_idle_limit_longer_than_the_sessions_lifetime_is_refused():
+    result = run_manage_check(SESSION_IDLE_MIN="90", SESSION_MAX_HOURS="1")
+    assert result.returncode == 2
+    assert result.stderr.startswith("Configuration error: SESSION_IDLE_MIN must be at most")
 
 
 def test_start_up_without_a_secret_key_says_so():

@@ -3,10 +3,14 @@ anything; enrolling shows a QR code drawn here and recovery codes once; codes ar
 checked, never twice, and audited; large sends, trust changes, key rotations and
 grants need a code typed lately."""
 
+import json
 import time
+from importlib import import_module
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from django.conf import settings
+from django.test import Client
 from django.urls import reverse
 from django_otp.oath import hotp
 from django_otp.plugins.otp_static.models import StaticToken
@@ -81,6 +85,70 @@ def test_an_auditor_changes_nothing_and_needs_no_second_factor(client):
     create_member(AUDITOR)
     log_in_with_password(client, AUDITOR)
     assert client.get("/audit/").status_code == 200
+
+
+def copy_of_the_session_cookie(client):
+    """A second client holding `client`'s session cookie, as whoever copied it holds it."""
+    copy = client.__class__()
+    name = settings.SESSION_COOKIE_NAME
+    copy.cookies[name] = client.cookies[name].value
+    return copy
+
+
+def stored_session(key: str) -> dict:
+    """What the session store holds under `key` (empty: no such session)."""
+    return import_module(settings.SESSION_ENGINE).SessionStore(key).load()
+
+
+def test_a_cookie_copied_before_the_code_is_worth_nothing_once_the_code_is_typed(client, operator):
+    load_scenario(servers=1)
+    log_in_with_password(client, OPERATOR)
+    copied = copy_of_the_session_cookie(client)
+    copied_key = copied.cookies[settings.SESSION_COOKIE_NAME].value
+    assert copied.get("/fleet/").url.startswith(SECOND_FACTOR)
+    assert type_code(client, next_code(OPERATOR)).status_code == 302
+    for page in ("/fleet/", "/send/"):
+        refused = copied.get(page)
+        assert refused.status_code == 302 and refused.url.startswith(reverse("login")), page
+        assert client.get(page).status_code == 200, page
+    # The copied key holds nothing, least of all the mark of a code typed just now.
+    assert stored_session(copied_key) == {}
+    assert client.cookies[settings.SESSION_COOKIE_NAME].value != copied_key
+
+
+def test_the_admins_cookie_copied_before_the_code_cannot_remove_another_users_authenticator(
+    client, operator
+):
+    create_member(ADMINISTRATOR)
+    log_in_with_password(client, ADMINISTRATOR)
+    copied = copy_of_the_session_cookie(client)
+    type_code(client, next_code(ADMINISTRATOR), reverse("lockouts"))
+    taken = copied.post(reverse("second-factor-reset"), {"username": OPERATOR.username})
+    assert taken.status_code == 302 and taken.url.startswith(reverse("login"))
+    assert TOTPDevice.objects.filter(user=operator, confirmed=True).exists()
+    assert not AuditEntry.objects.filter(action="operator.reset_second_factor").exists()
+
+
+def csrf_token_in(response) -> str:
+    """The CSRF token a page hands its forms."""
+    return response.content.decode().split('name="csrfmiddlewaretoken" value="')[1].split('"')[0]
+
+
+def test_typing_the_code_renews_the_csrf_token_and_the_one_before_is_refused(operator):
+    client = Client(enforce_csrf_checks=True)
+    login = {"username": OPERATOR.username, "password": OPERATOR.password}
+    token = csrf_token_in(client.get(reverse("login")))
+    assert client.post(reverse("login"), {**login, "csrfmiddlewaretoken": token}).status_code == 302
+    before = csrf_token_in(client.get(SECOND_FACTOR))
+    cookie_before = client.cookies[settings.CSRF_COOKIE_NAME].value
+    proved = client.post(
+        SECOND_FACTOR, {"code": next_code(OPERATOR), "next": "/", "csrfmiddlewaretoken": before}
+    )
+    assert proved.status_code == 302
+    assert client.cookies[settings.CSRF_COOKIE_NAME].value != cookie_before
+    assert client.post(reverse("logout"), {"csrfmiddlewaretoken": before}).status_code == 403
+    after = csrf_token_in(client.get("/fleet/"))
+    assert client.post(reverse("logout"), {"csrfmiddlewaretoken": after}).status_code == 302
 
 
 def test_after_the_code_the_page_asked_for_opens(client, operator):
@@ -175,6 +243,26 @@ def test_a_trust_change_with_a_stale_code_asks_for_a_fresh_one_then_goes(client)
     again = officer.post(reverse("second-factor-again"), {"code": next_code(TRUST_OFFICER)})
     assert "Code accepted" in again.content.decode()
     applied = officer.post(reverse("trust-apply"), ATTEST_TRUST, HTTP_HX_REQUEST="true")
+    assert "data-applied" in applied.content.decode()
+
+
+def test_a_code_typed_in_place_renews_the_key_and_hands_the_page_its_new_csrf_token():
+    load_scenario(servers=1)
+    officer = logged_in(Client(enforce_csrf_checks=True), TRUST_OFFICER)
+    page_token = csrf_token_in(officer.get(reverse("trust")))
+    make_code_stale(officer)
+    key_before = officer.cookies[settings.SESSION_COOKIE_NAME].value
+    htmx = {"HTTP_HX_REQUEST": "true", "HTTP_X_CSRFTOKEN": page_token}
+    assert officer.post(reverse("trust-apply"), ATTEST_TRUST, **htmx).status_code == 403
+    again = officer.post(reverse("second-factor-again"), {"code": next_code(TRUST_OFFICER)}, **htmx)
+    assert "Code accepted" in again.content.decode()
+    assert officer.cookies[settings.SESSION_COOKIE_NAME].value != key_before
+    assert stored_session(key_before) == {}
+    new_token = json.loads(again.headers["HX-Trigger"])["csrf-renewed"]["token"]
+    stale = officer.post(reverse("trust-apply"), ATTEST_TRUST, **htmx)
+    assert stale.status_code == 403 and "data-needs-fresh-code" not in stale.content.decode()
+    renewed = {**htmx, "HTTP_X_CSRFTOKEN": new_token}
+    applied = officer.post(reverse("trust-apply"), ATTEST_TRUST, **renewed)
     assert "data-applied" in applied.content.decode()
 
 
