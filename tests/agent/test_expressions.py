@@ -89,3 +89,11 @@ def test_an_attribute_the_agent_does_not_know_leaves_a_selector_undecided_not_fa
     assert test('software == "nginx" and region == "Northwest"')({"receiver": known}) is False
     assert test('software == "IIS" or region == "Northwest"')({"receiver": known}) is True
     assert test("not (region exists)")({"receiver": known}) is None
+
+
+def test_an_agent_that_states_nothing_of_itself_leaves_every_selector_undecided():
+    # The docs' smallest configuration, with [trust]: no [attributes], no providers.
+    nothing = Partly({})
+
+    assert selector_test('hostname == "web-00031"')({"receiver": nothing}) is None
+    assert selector_test("not (cgi exists)")({"receiver": nothing}) is None

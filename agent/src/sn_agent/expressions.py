@@ -253,7 +253,9 @@ ORDERINGS = ("<", "<=", ">", ">=")
 
 
 def _value_of(scopes: Scopes, attribute: Tuple[str, str]) -> Any:
-    values = scopes.get(attribute[0]) or {}
+    values = scopes.get(attribute[0])
+    if values is None:  # not `or {}`: an empty Partly still knows nothing, not "none"
+        values = {}
     if isinstance(values, Partly) and attribute[1] not in values:
         return UNKNOWN
     return values.get(attribute[1])
