@@ -61,7 +61,7 @@ def test_the_installed_agent_checks_its_config_and_runs_an_action(
 ):
     agent = verifying_agent(tmp_path, asgi_server, web_server)
     checked = run([installed / "sn-agent", "check-config", "--config", agent.config])
-    assert "ok (4 static attributes, 1 providers, 3 actions; acts only on signed events)" in checked
+    assert "ok (4 static attributes, 1 providers, 4 actions; acts only on signed events)" in checked
 
     agent.start([installed / "sn-agent"])
     try:

@@ -146,6 +146,14 @@ def _start_hosts(deployment: Deployment) -> None:
                      "--agents", str(SERVERS))  # fmt: skip
     both = "both tree workers announce themselves"
     wait_for(lambda: _tree_workers(deployment) == 2, both, timeout_s=START_TIMEOUT_S)
+    # Before anything is sent: an agent refuses a command signed before its journal
+    # began (docs/security.md, "Replays"), and the fleet's journals are new.
+    logged_in = "the fleet's agents logged in"
+    wait_for(lambda: _agents_in(deployment) == SERVERS, logged_in, timeout_s=START_TIMEOUT_S)
+
+
+def _agents_in(deployment: Deployment) -> int:
+    return deployment.sql("SELECT count(*) FROM broker_agentpresence WHERE sessions > 0")[0][0]
 
 
 def _healthy(port: int) -> bool:
