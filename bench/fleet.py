@@ -30,6 +30,7 @@ SIGTERM), it stops every process and private server it started.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -43,6 +44,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+from bench.sampling import print_top_frames, profiled
 from bench.services import (
     cpu_seconds_each,
     fleet_stats,
@@ -82,6 +84,8 @@ class Console:
         self.workers = [
             start_process(worker_argv(f"fleet{index}"), env, **quiet) for index in range(workers)
         ]
+        # The beat's periodic work (sweeps, expiries, summaries) is part of the bill.
+        self.beat = start_process(beat_argv(), env, **quiet)
 
     def _start_web(self) -> subprocess.Popen:
         fd = str(self.listener.fileno())
@@ -108,7 +112,15 @@ class Console:
 
     @property
     def processes(self) -> list[subprocess.Popen]:
-        return [*self.web, *self.workers]
+        return [*self.web, *self.workers, self.beat]
+
+
+def beat_argv() -> list[str]:
+    """Celery beat, as a deployment runs it (its schedule file in var/bench)."""
+    celery = str(Path(sys.executable).parent / "celery")
+    schedule = ROOT / "var" / "bench" / "celerybeat-schedule"
+    return [celery, "-A", "console", "--quiet", "beat", "--loglevel", "ERROR",
+            "--schedule", str(schedule)]  # fmt: skip
 
 
 def wait_for_answers(event, expected: int) -> None:
@@ -242,7 +254,7 @@ class Phases:
             print(f"{name:>34}: {cells}   {load:4.1f}  {wall_s:6.1f}")
 
 
-def server_pids() -> list[int]:
+def server_pids() -> tuple[int, int]:
     """PostgreSQL's postmaster (the parent of our backend) and Redis, asked."""
     import redis
     from django.db import connection
@@ -251,7 +263,7 @@ def server_pids() -> list[int]:
         cursor.execute("SELECT pg_backend_pid()")
         backend = cursor.fetchone()[0]
     postmaster = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    return [postmaster, int(redis.Redis.from_url(os.environ["REDIS_URL"]).info()["process_id"])]
+    return postmaster, int(redis.Redis.from_url(os.environ["REDIS_URL"]).info()["process_id"])
 
 
 def describe(label: str, values: list[float], receivers: int, rounds: int) -> dict:
@@ -285,19 +297,22 @@ def run(args, env: dict[str, str]) -> None:
     print(f"set-up: scenario with {args.agents} web servers in {time.monotonic() - started:.1f} s")
     console = Console(env, args.workers, args.web, args.asgi)
     stats_dir = tempfile.mkdtemp(prefix="sn-fleet-bench-")
-    fleet, phases = None, None
+    fleet, phases, profiles = None, None, []
     try:
         wait_for_tree_idle(timeout_s=300)
         idle_rss = rss_bytes([p.pid for p in console.web])
         fleet, phases, logged_in = connect_fleet(args, env, console, stats_dir)
         print_memory_per_agent(console, idle_rss, args.agents)
         wait_for_tree_idle(timeout_s=300)
-        phases.measure(f"idle ({IDLE_S:g} s, connected)", lambda: time.sleep(IDLE_S))
+        with maybe_profiled(args, console, "idle") as profiles:
+            phases.measure(f"idle ({IDLE_S:g} s, connected)", lambda: time.sleep(IDLE_S))
         print_idle_cpu_per_agent(phases, args.agents)
         iis = Client.objects.filter(name__startswith="web-", attribute_values__name="software",
                                     attribute_values__value="IIS").count()  # fmt: skip
         rounds = partial(publish_rounds, args.rounds, args.agents, iis)
-        phases.measure("rounds (alert, command)", rounds)
+        with maybe_profiled(args, console, "rounds") as more:
+            phases.measure("rounds (alert, command)", rounds)
+        profiles += more
         print_cpu_per_answered_delivery(phases)
         ids = list(Client.objects.filter(name__startswith="web-").values_list("id", flat=True))
         phases.measure("baseline (bare pushes)", lambda: push_baseline(args.rounds, ids))
@@ -309,6 +324,18 @@ def run(args, env: dict[str, str]) -> None:
         stop([fleet])  # first: its agents write what they received as they stop
         stop(console.processes)
     report(args, stats_dir, iis, phases)
+    print_top_frames(profiles)
+
+
+@contextlib.contextmanager
+def maybe_profiled(args, console: Console, phase: str):
+    """With --profile, py-spy on the first web process and tree worker in the block."""
+    if not args.profile:
+        yield []
+        return
+    pids = {"web": console.web[0].pid, "tree worker": console.workers[0].pid}
+    with profiled(pids, phase) as profiles:
+        yield profiles
 
 
 def rss_bytes(pids: list[int]) -> int:
@@ -331,33 +358,56 @@ def print_memory_per_agent(console: Console, idle_rss: int, agents: int) -> None
           f" {idle_rss / 2**20:.0f} MB)", flush=True)  # fmt: skip
 
 
-SERVER_PARTS = ("web", "workers", "pg+redis")
+# The server's bill: what a deployment pays for, the fleet (other machines') apart.
+SERVER_PARTS = ("web", "workers", "beat", "postgres", "redis")
+
+
+def server_bill(spent: dict[str, float], per: float, scale: float = 1000.0) -> str:
+    """The server's CPU seconds in `spent`, over `per` units, in ms (x `scale`/1000),
+    with each part's share: "1.23 ms (web 0.80, workers 0.20, ...)"."""
+    parts = ", ".join(f"{part} {spent[part] * scale / per:.2f}" for part in SERVER_PARTS)
+    return f"{sum(spent[p] for p in SERVER_PARTS) * scale / per:.2f} ms ({parts})"
+
+
+def print_cpu_per_login(phases: Phases, agents: int, reports: list[dict]) -> None:
+    """The connect phase (login with a token, advertise, the replay) over the agents:
+    the server's CPU, and the fleet's beside it (other machines' in a deployment), as
+    the light fleet's processes measured themselves from their first connection (the
+    phase's fleet column also has their start and the provisioning)."""
+    _, _, spent, _ = phases.rows[-1]
+    print(f"{'server CPU per login':>34}: {server_bill(spent, agents)}", flush=True)
+    if all("connect_cpu_s" in report for report in reports):
+        fleet_s = sum(report["connect_cpu_s"] for report in reports)
+        print(f"{'fleet CPU per login':>34}: {fleet_s * 1000 / agents:.2f} ms"
+              " (the light fleet's own, from its first connection)", flush=True)  # fmt: skip
 
 
 def print_idle_cpu_per_agent(phases: Phases, agents: int) -> None:
     """What the server spends on connected agents that receive nothing (heartbeats and
-    confirmations, presence, the agents' periodic updates): the rounds pay it too."""
+    confirmations, presence, the agents' load updates, the beat's sweeps): per 1,000
+    agents, as a share of one core."""
     _, _, spent, wall_s = phases.rows[-1]
     server_s = sum(spent[part] for part in SERVER_PARTS)
-    per_agent_minute_ms = server_s * 1000 * 60 / wall_s / agents
-    print(f"{'idle server CPU per agent':>34}: {per_agent_minute_ms:.2f} ms a minute"
-          f" ({server_s:.2f} s in {wall_s:.0f} s; web {spent['web']:.2f})", flush=True)  # fmt: skip
+    share = server_s / wall_s / agents * 1000 * 100
+    per_minute = server_bill(spent, wall_s / 60 * agents / 1000, scale=1.0)
+    print(f"{'idle server CPU per 1,000 agents':>34}: {share:.2f} % of a core"
+          f" ({per_minute.replace(' ms', ' CPU-s a minute', 1)})", flush=True)  # fmt: skip
 
 
 def print_cpu_per_answered_delivery(phases: Phases) -> None:
     """The server's CPU time in the rounds (the fleet and the bench apart) over the
-    deliveries that were answered in them."""
+    deliveries that were answered in them, and the fleet's beside it."""
     from broker.models import Delivery
 
     answered = Delivery.objects.filter(
         state__in=("acked", "failed"), event__content__bench__in=["alert", "command"]
     ).count()
     _, _, spent, _ = phases.rows[-1]
-    per_delivery_ms = {part: spent[part] * 1000 / max(answered, 1) for part in SERVER_PARTS}
-    parts = ", ".join(f"{part} {ms:.2f}" for part, ms in per_delivery_ms.items())
-    server = sum(spent[part] for part in SERVER_PARTS)
-    print(f"{'server CPU per answered delivery':>34}: {sum(per_delivery_ms.values()):.2f} ms"
-          f" ({parts}; {server:.2f} s over {answered} answered)", flush=True)  # fmt: skip
+    per = max(answered, 1)
+    print(f"{'server CPU per answered delivery':>34}: {server_bill(spent, per)}"
+          f" over {answered} answered", flush=True)  # fmt: skip
+    print(f"{'fleet CPU per answered delivery':>34}: {spent['fleet'] * 1000 / per:.3f} ms"
+          " (the simulator's)", flush=True)  # fmt: skip
 
 
 class LoggedIn:
@@ -431,11 +481,14 @@ def _wait_until_all_back(
 def connect_fleet(args, env, console: Console, stats_dir):
     """Start the fleet, print how fast it logged in and advertised; the fleet, the
     phases' CPU accounting (whose first phase this is) and who is logged in."""
+    postgres, redis_server = server_pids()
     parts = {
         "web": [p.pid for p in console.web],
         "workers": [p.pid for p in console.workers],
+        "beat": [console.beat.pid],
+        "postgres": [postgres],
+        "redis": [redis_server],
         "fleet": [],
-        "pg+redis": server_pids(),
         "bench": [os.getpid()],
     }
     phases, reports = Phases(parts), []
@@ -443,7 +496,7 @@ def connect_fleet(args, env, console: Console, stats_dir):
     def start():
         fleet = start_fleet(
             env, port=PORT, agents=args.agents, processes=args.processes, load_interval_s=60,
-            stats_dir=stats_dir, reports=reports,
+            stats_dir=stats_dir, reports=reports, light=args.fleet == "light",
         )  # fmt: skip
         parts["fleet"].append(fleet.pid)  # all its CPU time is this phase's
         return fleet
@@ -451,6 +504,7 @@ def connect_fleet(args, env, console: Console, stats_dir):
     started = time.monotonic()
     fleet = phases.measure("connect (login, advertise)", start)
     wall_s = time.monotonic() - started
+    print_cpu_per_login(phases, args.agents, reports)
     login_s = max(r["login_s"] for r in reports)
     connect_s = max(r["connect_s"] for r in reports)
     print(f"{'logins':>34}: {args.agents} agents logged in at once in {login_s:.2f} s"
@@ -517,13 +571,23 @@ def main() -> None:
         prog="python -m bench.fleet", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--agents", type=int, default=1000)
-    parser.add_argument("--processes", type=int, default=2, help="fleet processes")
+    parser.add_argument("--processes", type=int, default=1, help="fleet processes")
+    parser.add_argument(
+        "--fleet", choices=("light", "agents"), default="light",
+        help="the light fleet (the protocol only: the server's cost, measured apart) or the "
+        "real agents (sn-agent's service, a journal on disk and a process per action)",
+    )  # fmt: skip
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--web", type=int, default=1, help="web processes (one socket)")
     parser.add_argument(
         "--asgi", choices=("daphne", "uvicorn"), default="uvicorn",
         help="the web processes' ASGI server (the console runs Uvicorn)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--profile", action="store_true",
+        help="sample the first web process and tree worker with py-spy while idle and in "
+        "the rounds, and print their top frames",
     )  # fmt: skip
     parser.add_argument(
         "--no-outage", dest="outage", action="store_false",
@@ -536,7 +600,8 @@ def main() -> None:
     env.setdefault("LOG_LEVEL", "WARNING")
     started = provide_services(env)
     print(
-        f"fleet: {args.agents} agents in {args.processes} processes, {args.workers} workers,"
+        f"fleet: {args.agents} {'light ' if args.fleet == 'light' else ''}agents in"
+        f" {args.processes} processes, {args.workers} workers,"
         f" {args.web} {args.asgi}, {args.rounds} rounds",
         flush=True,
     )

@@ -44,11 +44,13 @@ def start_fleet(
     load_interval_s: float,
     stats_dir: str,
     reports: list[dict] | None = None,
+    light: bool = False,
     **output,
 ) -> subprocess.Popen:
-    """The fleet simulator's agents against the console on `port`, returned once every
-    agent has logged in and advertised its model (each process says so in a JSON line,
-    with how long its logins and its whole start took: added to `reports`)."""
+    """The fleet simulator's agents against the console on `port` (the real agents, or
+    with `light` the light fleet), returned once every agent has logged in and
+    advertised its model (each process says so in a JSON line, with how long its logins
+    and its whole start took: added to `reports`)."""
     argv = [
         sys.executable,
         str(ROOT / "manage.py"),
@@ -63,6 +65,7 @@ def start_fleet(
         str(load_interval_s),
         "--stats-dir",
         stats_dir,
+        *(["--light"] if light else []),
     ]
     fleet = start_process(argv, env, stdout=subprocess.PIPE, text=True, **output)
     ready = 0

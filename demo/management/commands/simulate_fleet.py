@@ -23,7 +23,8 @@ SIMULATOR = Actor("system", "fleet-simulator")
 class Command(BaseCommand):
     help = (
         "Provision N scenario web servers (registering the missing ones), issue their "
-        "tokens, and run them as real agents in a few processes until stopped."
+        "tokens, and run them as real agents in a few processes until stopped (or, with "
+        "--light, as the scale benchmarks' light fleet)."
     )
 
     def add_arguments(self, parser) -> None:
@@ -37,16 +38,20 @@ class Command(BaseCommand):
             "--stats-dir",
             help="where each process writes its latencies and what its agents received",
         )
+        parser.add_argument(
+            "--light",
+            action="store_true",
+            help="the light fleet of the scale benchmarks (demo/light_fleet.py): the "
+            "protocol only, no agent service, actions answered in the process",
+        )
 
-    def handle(self, *args, agents: int, processes: int, **options) -> None:
+    def handle(self, *args, agents: int, processes: int, light: bool, **options) -> None:
         if agents < 1 or not 1 <= processes <= agents:
             raise CommandError("--agents must be at least 1 and --processes 1 to --agents")
         specs = self._provision(agents, processes, options)
         try:
-            children = [
-                subprocess.Popen([sys.executable, "-m", "demo.simulator", str(path)])
-                for path in specs
-            ]
+            module = "demo.light_fleet" if light else "demo.simulator"
+            children = [subprocess.Popen([sys.executable, "-m", module, str(p)]) for p in specs]
             self.stdout.write(f"fleet: {agents} agents in {processes} processes")
             self.stdout.flush()
             _stop_children_on_signals(children)
