@@ -297,15 +297,16 @@ def run(args, env: dict[str, str]) -> None:
     print(f"set-up: scenario with {args.agents} web servers in {time.monotonic() - started:.1f} s")
     console = Console(env, args.workers, args.web, args.asgi)
     stats_dir = tempfile.mkdtemp(prefix="sn-fleet-bench-")
-    fleet, phases, profiles = None, None, []
+    fleet, phases, profiles, logged_in = None, None, [], None
     try:
         wait_for_tree_idle(timeout_s=300)
         idle_rss = rss_bytes([p.pid for p in console.web])
-        fleet, phases, logged_in = connect_fleet(args, env, console, stats_dir)
+        fleet, phases, logged_in, profiles = connect_fleet(args, env, console, stats_dir)
         print_memory_per_agent(console, idle_rss, args.agents)
         wait_for_tree_idle(timeout_s=300)
-        with maybe_profiled(args, console, "idle") as profiles:
+        with maybe_profiled(args, console, "idle") as more:
             phases.measure(f"idle ({IDLE_S:g} s, connected)", lambda: time.sleep(IDLE_S))
+        profiles += more
         print_idle_cpu_per_agent(phases, args.agents)
         iis = Client.objects.filter(name__startswith="web-", attribute_values__name="software",
                                     attribute_values__value="IIS").count()  # fmt: skip
@@ -324,7 +325,21 @@ def run(args, env: dict[str, str]) -> None:
         stop([fleet])  # first: its agents write what they received as they stop
         stop(console.processes)
     report(args, stats_dir, iis, phases)
+    if args.outage and logged_in is not None:
+        print_attempts_after_the_outage(stats_dir, logged_in, args.agents)
     print_top_frames(profiles)
+
+
+def print_attempts_after_the_outage(stats_dir: str, logged_in: LoggedIn, agents: int) -> None:
+    """The connections the light fleet tried after it was logged in (the outage's, as
+    nothing else drops them), per agent, and how many agents gave up."""
+    stats = fleet_stats(stats_dir)
+    if not stats or any("attempts" not in s for s in stats):
+        return
+    again = sum(sum(s["attempts"]) for s in stats) - logged_in.attempts_when_ready
+    gave_up = sum(s["stopped"] for s in stats)
+    print(f"{'login attempts after the outage':>34}: {again / agents:.2f} per agent"
+          f" ({again} for {agents}); {gave_up} gave up", flush=True)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -416,6 +431,7 @@ class LoggedIn:
 
     def __init__(self, fleet: subprocess.Popen) -> None:
         self.latest: dict[int, dict] = {}  # fleet process -> its latest report
+        self.attempts_when_ready = 0  # connections tried until all were logged in
         self.thread = threading.Thread(target=self._read, args=(fleet,), daemon=True)
         self.thread.start()
 
@@ -502,7 +518,8 @@ def connect_fleet(args, env, console: Console, stats_dir):
         return fleet
 
     started = time.monotonic()
-    fleet = phases.measure("connect (login, advertise)", start)
+    with maybe_profiled(args, console, "connect") as profiles:
+        fleet = phases.measure("connect (login, advertise)", start)
     wall_s = time.monotonic() - started
     print_cpu_per_login(phases, args.agents, reports)
     login_s = max(r["login_s"] for r in reports)
@@ -513,7 +530,9 @@ def connect_fleet(args, env, console: Console, stats_dir):
           f" ({args.agents / connect_s:.0f} per second; {wall_s:.1f} s with provisioning)",
           flush=True)  # fmt: skip
     print(f"{'sockets per web process':>34}: {sockets_per_process()}", flush=True)
-    return fleet, phases, LoggedIn(fleet)
+    logged_in = LoggedIn(fleet)
+    logged_in.attempts_when_ready = sum(report.get("attempts", 0) for report in reports)
+    return fleet, phases, logged_in, profiles
 
 
 def sockets_per_process() -> list[int]:

@@ -128,9 +128,8 @@ class LightServer:
         task.add_done_callback(self.tasks.discard)
 
     def _why_closed(self, socket) -> float:
-        received = socket.close_rcvd
-        if received is not None and received.code in FINAL_CLOSE_CODES:
-            raise Stopped(received.code)
+        if socket.close_code in FINAL_CLOSE_CODES:
+            raise Stopped(socket.close_code)
         return 0.0
 
     async def _login(self) -> None:
