@@ -16,9 +16,13 @@ does: after a `busy` refusal's Retry-After, or with a full-jitter back-off.
 
 What it leaves out, the real agent's (`sn_agent.service`) cost: no journal on disk, no
 signature checked, no action as a process of its own. So the CPU a benchmark reads in
-the server's processes is the server's, not a simulator's sharing its cores: this one
-spends some 0.2 ms per login and 0.03 ms per delivery (docs/benchmarks.md). The real
-agents stay the fleet of `./run`, `bench.chaos` and `bench.agent_restarts`.
+the server's processes is the server's, not a simulator's sharing its cores (bench.fleet
+prints the fleet's own CPU per login apart). Its WebSocket client is its own too
+(`demo/light_socket.py`, on an `asyncio.Protocol`): `websockets`' machinery per
+connection and per frame was most of the fleet's CPU per login and per delivery. A
+message is taken as it arrives, in the socket's `data_received`, and answered there with
+a direct write: no task, no queue per delivery. The real agents stay the fleet of
+`./run`, `bench.chaos` and `bench.agent_restarts`.
 
 It writes what `demo/simulator.py` writes (its ready line, its logged-in counts, its
 stats file), plus each server's logins and connection attempts.
@@ -35,9 +39,8 @@ import sys
 import time
 
 import orjson
-from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
+from demo.light_socket import HandshakeError, LightSocket, Refused, open_socket
 from demo.simulator import CONNECT_SPREAD_S, LIVE_CHECK_S, say
 
 SOFTWARE = "sn-light-fleet 1"
@@ -67,7 +70,7 @@ class LightServer:
         self.state = "running"
         self.position: int | None = None
         self.held: dict[int, dict] = {}
-        self.socket = None
+        self.socket: LightSocket | None = None
         self.logged_in = False
         self.heartbeat_s = 30.0
         self.ready = asyncio.Event()
@@ -96,7 +99,7 @@ class LightServer:
             except Stopped:
                 self.stopped = True
                 return
-            except (TimeoutError, OSError, WebSocketException) as lost:
+            except (TimeoutError, OSError, HandshakeError) as lost:
                 asked_s = retry_after_s(lost)
             await asyncio.sleep(asked_s + self.rng.uniform(0.0, ceiling))
             ceiling = min(ceiling * 2, RECONNECT_MAX_S)
@@ -105,48 +108,49 @@ class LightServer:
         """One connection, from its handshake to its end; seconds the server asked to
         wait before the next (0 when it did not ask)."""
         self.attempts += 1
-        async with connect(
-            self.url, compression=None, ping_interval=None, max_size=2**20,
-            open_timeout=HANDSHAKE_TIMEOUT_S, close_timeout=1,
-        ) as socket:  # fmt: skip
-            self.socket = socket
-            self._spawn(self._login())
-            try:
-                async for text in socket:
-                    self._take(orjson.loads(text))
-            except ConnectionClosed:
-                pass
-            finally:
-                self.socket, self.logged_in = None, False
-                for task in list(self.tasks):
-                    task.cancel()
-            return self._why_closed(socket)
+        self.socket = socket = await open_socket(self.url, timeout_s=HANDSHAKE_TIMEOUT_S)
+        try:
+            socket.on_message = self._receive
+            self._login()
+            await socket.closed
+        finally:
+            socket.close()  # when cancelled: the fleet is stopping
+            self.socket, self.logged_in = None, False
+            for task in list(self.tasks):
+                task.cancel()
+        return self._why_closed(socket)
+
+    def _receive(self, text: str) -> None:
+        """Every message the server sends, as it comes (from the socket's data)."""
+        self._take(orjson.loads(text))
 
     def _spawn(self, work) -> None:
         task = asyncio.ensure_future(work)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    def _why_closed(self, socket) -> float:
+    def _why_closed(self, socket: LightSocket) -> float:
         if socket.close_code in FINAL_CLOSE_CODES:
             raise Stopped(socket.close_code)
         return 0.0
 
-    async def _login(self) -> None:
+    def _login(self) -> None:
         login = {"type": "login", "ref": "login", "token": self.token}
         login["agent"] = {"software": SOFTWARE, "acts_on": "anything"}
         if self.position is not None:
             login["after_position"] = self.position
-        await self._send(login)
+        self._send(login)
 
-    async def _answer_again(self) -> None:
+    def _answer_again(self) -> None:
         for ack in list(self.unanswered.values()):  # answers the last session lost
-            await self._send(ack)
+            self._send(ack)
 
-    async def _send(self, frame: dict) -> None:
+    def _send(self, frame: dict) -> None:
+        """Written at once, while connected; else dropped (a new session sends what
+        it must: its login, its advertisement, the answers not yet confirmed)."""
         socket = self.socket
         if socket is not None:
-            await socket.send(orjson.dumps(frame).decode())
+            socket.send(orjson.dumps(frame).decode())
 
     # Frames from the server --------------------------------------------------------
 
@@ -169,8 +173,8 @@ class LightServer:
         self.heartbeat_s = min(30.0, float(frame.get("heartbeat_s", 30)))
         values = {**self.values, "load": self._load()}
         advertise = {"type": "advertise", "ref": "advertise", "values": values}
-        self._spawn(self._send(advertise))
-        self._spawn(self._answer_again())
+        self._send(advertise)
+        self._answer_again()
         self._spawn(self._heartbeats())
         self._spawn(self._drift())
 
@@ -222,7 +226,7 @@ class LightServer:
     async def _repair(self, stuck_at: int | None) -> None:
         await asyncio.sleep(GAP_WAIT_S)
         if stuck_at is not None and self.position == stuck_at:
-            await self._send({"type": "resend", "ref": "resend", "after_position": stuck_at})
+            self._send({"type": "resend", "ref": "resend", "after_position": stuck_at})
 
     def _handle(self, frame: dict) -> None:
         position = frame.get("position", 0)
@@ -238,18 +242,18 @@ class LightServer:
         ack = {"type": "ack", "ref": f"ack:{frame['delivery']}", "delivery": frame["delivery"]}
         ack.update(status=status, result=result, position=self.position)
         self.unanswered[frame["delivery"]] = ack
-        self._spawn(self._send(ack))
+        self._send(ack)
 
     def _act(self, content: dict) -> tuple[str, dict]:
         """What `web_server_ctl` would answer, done here."""
         action = content.get("action") if content.get("kind") == "command" else None
         if action == "disable-cgi":
             self.values["cgi"] = False  # and the server is told, as a provider would
-            self._spawn(self._send({"type": "update", "ref": "cgi", "values": {"cgi": False}}))
+            self._send({"type": "update", "ref": "cgi", "values": {"cgi": False}})
             return "ok", {"exit_code": 0, "output": f"{self.hostname}: CGI disabled"}
         if action == "shutdown":
             self.state = "stopped"
-            self._spawn(self._send({"type": "update", "ref": "load", "values": {"load": 0.0}}))
+            self._send({"type": "update", "ref": "load", "values": {"load": 0.0}})
             return "ok", {"exit_code": 0, "output": f"{self.hostname}: web server stopped"}
         if action == "status":
             status = {"hostname": self.hostname, "cgi": self.values["cgi"], "load": self._load()}
@@ -265,7 +269,7 @@ class LightServer:
         """An answer refused for its rate, sent again once the rate allows."""
         await asyncio.sleep(RATE_WAIT_S)
         if delivery in self.unanswered:
-            await self._send(self.unanswered[delivery])
+            self._send(self.unanswered[delivery])
 
     def _time(self, frame: dict) -> None:
         sent_at = (frame.get("content") or {}).get("sent_at")
@@ -279,7 +283,7 @@ class LightServer:
     async def _heartbeats(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_s)
-            await self._send({"type": "received", "ref": "hb", "position": self.position or 0})
+            self._send({"type": "received", "ref": "hb", "position": self.position or 0})
 
     async def _drift(self) -> None:
         """The load moves (and the server is told) every load interval or so."""
@@ -289,9 +293,7 @@ class LightServer:
             if self.state == "running":
                 drifted = load + self.rng.uniform(-0.15, 0.15)
                 self.values["load"] = round(min(0.99, max(0.01, drifted)), 2)
-                await self._send(
-                    {"type": "update", "ref": "load", "values": {"load": self._load()}}
-                )
+                self._send({"type": "update", "ref": "load", "values": {"load": self._load()}})
 
     def _load(self) -> float:
         return 0.0 if self.state == "stopped" else self.values["load"]
@@ -299,10 +301,10 @@ class LightServer:
 
 def retry_after_s(lost: BaseException) -> float:
     """How long a `busy` refusal of the handshake (503, Retry-After) asked to wait."""
-    if isinstance(lost, InvalidStatus) and lost.response.status_code == 503:
+    if isinstance(lost, Refused) and lost.status == 503:
         try:
-            body = orjson.loads(lost.response.body or b"{}")
-            return float(body.get("retry_after_s") or lost.response.headers["Retry-After"])
+            body = orjson.loads(lost.body or b"{}")
+            return float(body.get("retry_after_s") or lost.headers["retry-after"])
         except (ValueError, KeyError, TypeError, AttributeError):
             return 1.0
     return 0.0

@@ -15,7 +15,8 @@ import pytest
 from broker.models import Delivery
 from broker.reads.clients import current_attributes
 from broker.services.events import publish_event
-from demo.light_fleet import LightServer
+from demo.light_fleet import LightServer, retry_after_s
+from demo.light_socket import Refused
 from demo.scenario import load_scenario
 from tests.broker.agent_helpers import agent_url, wait_for, wait_until_fleet_ready
 from tests.broker.tree_helpers import wait_until_idle
@@ -31,7 +32,7 @@ class Socket:
     def __init__(self) -> None:
         self.sent: list[dict] = []
 
-    async def send(self, text: str) -> None:
+    def send(self, text: str) -> None:
         self.sent.append(orjson.loads(text))
 
 
@@ -102,6 +103,13 @@ def test_commands_are_obeyed_as_the_real_fleets_web_server_ctl_does():
     assert orjson.loads(answers[105][1]["output"])["cgi"] is False
     assert answers[106] == ("failed", {"error": "web-x: unknown action reboot"})
     assert {"type": "update", "ref": "cgi", "values": {"cgi": False}} in sent
+
+
+def test_a_busy_refusal_of_the_handshake_is_waited_out_as_it_asked():
+    busy = orjson.dumps({"type": "error", "code": "busy", "retry_after_s": 2.5})
+    assert retry_after_s(Refused(503, {"retry-after": "3"}, busy)) == 2.5
+    assert retry_after_s(Refused(503, {"retry-after": "3"}, b"")) == 3.0
+    assert retry_after_s(Refused(500, {}, b"")) == 0.0 and retry_after_s(OSError()) == 0.0
 
 
 # Against a real console ---------------------------------------------------------------
