@@ -102,8 +102,10 @@ SOCKET_CLOSED = _socket_closed_errors()
 # all that wait).
 _confirmations = GroupCommit(in_thread(confirm_receipts), key=lambda c: c.client.pk)
 _answers = GroupCommit(in_thread(acknowledge_deliveries), key=lambda a: a.delivery_id)
-# And the agents' updates (a fleet reports its load every few seconds).
+# And the agents' updates (a fleet reports its load every few seconds), and their
+# advertisements (a fleet logging in states its models at once).
 _updates = GroupCommit(in_thread(agents.updates), key=lambda s: s.client.pk)
+_advertisements = GroupCommit(in_thread(agents.advertisements), key=lambda s: s.client.pk)
 # And their sessions' presence: logins, heartbeats, closes (a statement per kind).
 _presence = GroupCommit(in_thread(presence.record), key=lambda c: c.client_id)
 logger = logging.getLogger(__name__)
@@ -447,7 +449,7 @@ class AgentConsumer(SendsUntilClosed):
 
     async def on_advertise(self, request: Request) -> dict:
         values = request.require("values", dict, "an object of attribute values")
-        await in_thread(agents.advertise)(client=self.client, values=values, actor=self.actor)
+        await _advertisements.submit(StatedValues(self.client, values, self.actor))
         return {"type": "ok"}
 
     async def on_update(self, request: Request) -> dict:

@@ -317,6 +317,11 @@ TREE_CONSUMER_THREADS = env_int("TREE_CONSUMER_THREADS", 3, minimum=1)
 # force everywhere after twice this long. Shorter: more reads, and a tree that settles
 # sooner after a change (the tests run with 50 ms).
 TREE_FRESH_FOR_MS = env_int("TREE_FRESH_FOR_MS", 500, minimum=10)
+# A leaf that took in its clients' changes less than this long ago waits this long
+# before it takes in the next ones (broker.dispatch.wakeups): a fleet's load reports come
+# a few dozen a second per leaf, and one pass for each cost the tree more than the changes
+# themselves. A quiet leaf takes a change in at once. 0: never wait.
+TREE_CHANGES_GATHER_MS = env_int("TREE_CHANGES_GATHER_MS", 1000, minimum=0)
 
 # Signing (docs/security.md, "Signed events"): the private keys of the senders the
 # console sends for (`senders/NAME.pem`) and of the authorities whose officers attest

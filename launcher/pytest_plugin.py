@@ -44,6 +44,8 @@ TEST_SETTINGS = {
     "AGENT_REDELIVER_AFTER_S": "2",
     # The tree settles after a change within a tenth of a second rather than one.
     "TREE_FRESH_FOR_MS": "50",
+    # A leaf that just took in changes gathers the next ones for a tenth of a second.
+    "TREE_CHANGES_GATHER_MS": "100",
 }
 # A run that is stopping its servers holds the folder alone for the few seconds it takes.
 FOLDER_WAIT_S = 60.0

@@ -15,12 +15,11 @@ from broker import audit, protocol
 from broker.audit import Actor
 from broker.errors import BrokerError, InvalidInput
 from broker.models import Client
-from broker.reads.clients import own_attributes
+from broker.reads.clients import OwnAttributes, own_attributes_of
 from broker.reads.deliveries import deliveries_to_replay, last_position_of, position_after_delivery
 from broker.services.clients import (
     StatedValues,
     authenticate_client,
-    state_attributes,
     state_attributes_of_clients,
 )
 from broker.services.events import SenderSignature, publish_event
@@ -75,21 +74,38 @@ def start_session(
     return OpenedSession(client, last, after_position, first_page)
 
 
-def advertise(*, client: Client, values: Mapping[str, Any], actor: Actor) -> None:
-    """The agent states its whole model: every attribute it states itself, at once."""
-    own = own_attributes(client)
-    missing = sorted(own.self_stated - set(values))
-    if missing:
-        error = InvalidInput(
-            f"an advertisement gives every attribute the client states itself; "
-            f"missing: {', '.join(missing)} (use update for some of them)",
-            field=f"values.{missing[0]}",
-        )
+def advertisements(all_stated: list[StatedValues]) -> list[BrokerError | None]:
+    """Agents state their whole models, those of many sessions at once (a fleet logging
+    in; broker.group_commit): each one's refusal, or None. An advertisement must give
+    every attribute the client states itself; the accepted ones are written in one
+    transaction (and those that state what is stated already write nothing)."""
+    owns = own_attributes_of(stated.client for stated in all_stated)
+    outcomes = [_incomplete(stated, owns[stated.client.pk]) for stated in all_stated]
+    paired = zip(all_stated, outcomes, strict=True)
+    complete = [stated for stated, outcome in paired if outcome is None]
+    written = iter(state_attributes_of_clients(complete, owns=owns) if complete else [])
+    return [outcome or next(written) for outcome in outcomes]
+
+
+def _incomplete(stated: StatedValues, own: OwnAttributes) -> InvalidInput | None:
+    """The (audited) refusal of an advertisement that leaves out attributes the client
+    states itself; None if it gives them all."""
+    missing = sorted(own.self_stated - set(stated.values))
+    if not missing:
+        return None
+    error = InvalidInput(
+        f"an advertisement gives every attribute the client states itself; "
+        f"missing: {', '.join(missing)} (use update for some of them)",
+        field=f"values.{missing[0]}",
+    )
+    target = f"client:{stated.client.name}"
+    try:
         with audit.refusals_recorded(
-            actor=actor, action="attributes.advertise", target=f"client:{client.name}"
+            actor=stated.actor, action="attributes.advertise", target=target
         ):
             raise error
-    state_attributes(client=client, values=values, actor=actor, own=own)
+    except InvalidInput:
+        return error
 
 
 def updates(all_stated: list[StatedValues]) -> list[BrokerError | None]:

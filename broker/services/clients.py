@@ -338,11 +338,15 @@ def state_attributes(
         _write_stated([(stated, checked)])
 
 
-def state_attributes_of_clients(all_stated: list[StatedValues]) -> list[BrokerError | None]:
+def state_attributes_of_clients(
+    all_stated: list[StatedValues], *, owns: Mapping[int, OwnAttributes] | None = None
+) -> list[BrokerError | None]:
     """`state_attributes` for many clients at once (the updates waiting in a web
     process, one per client): each is checked on its own, and answered with its
-    refusal (audited) or None; the accepted ones are written in one transaction."""
-    owns = own_attributes_of(stated.client for stated in all_stated)
+    refusal (audited) or None; the accepted ones are written in one transaction.
+    `owns` is {client id: its `OwnAttributes`}, when the caller has read them."""
+    if owns is None:
+        owns = own_attributes_of(stated.client for stated in all_stated)
     outcomes: list[BrokerError | None] = []
     accepted = []
     for stated in all_stated:
