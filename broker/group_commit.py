@@ -4,7 +4,8 @@ A thousand agents confirming one push are a thousand short statements, each with
 thread hop, round trip and commit. A `GroupCommit` runs the first request at once,
 alone; those that arrive while it runs wait for it and then run together, in one
 call, and so on. Under light load nothing waits longer than before; under heavy load
-each call carries many requests.
+each call carries many requests. One made with `gather_s` waits that long before each
+call, for requests that nobody waits on and that come steadily but sparsely.
 
 A call that fails as a whole (a deadlock, a dropped connection) is not allowed to fail
 every request in it: each is then run again on its own, and only a request that fails
@@ -40,10 +41,21 @@ class GroupCommit(Generic[Item, Outcome]):
     per event loop. `run` returns, in order, each item's outcome or the exception that
     item gets (a refusal, say)."""
 
-    def __init__(self, run: RunBatch, *, key: Callable[[Item], Hashable], limit: int = 200):
+    def __init__(
+        self,
+        run: RunBatch,
+        *,
+        key: Callable[[Item], Hashable],
+        limit: int = 200,
+        gather_s: float = 0.0,
+    ):
         self._run = run
         self._key = key
         self._limit = limit
+        # How long a call waits for more requests before it runs: for requests nobody
+        # waits on (an agent's load report, its presence), which otherwise arrive a few
+        # a second per process and run alone, each a transaction of its own.
+        self._gather_s = gather_s
         # Per event loop: futures belong to the loop that made them (tests run several).
         self._queues: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -59,6 +71,8 @@ class GroupCommit(Generic[Item, Outcome]):
 
     async def _flush(self, queue: _Queue) -> None:
         while queue.waiting:
+            if self._gather_s:
+                await asyncio.sleep(self._gather_s)
             batch = self._take(queue)
             await self._run_batch(batch)
 

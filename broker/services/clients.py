@@ -228,16 +228,24 @@ CLIENT_FIELDS = [field.attname for field in Client._meta.concrete_fields]
 MODEL_FIELDS = [field.attname for field in ClientModel._meta.concrete_fields]
 
 # A token's use in one statement (a login is a reconnect storm's unit of work): its
-# record, if it still lets its client in, marked used; its client and the client's model.
+# record, if it still lets its client in, marked used (at most once a minute: when a
+# token was last used is shown for people to read, and a fleet logging in again after
+# an outage would otherwise write a row for each of its agents); its client and the
+# client's model.
 USE_TOKEN = f"""
-WITH used AS (
+WITH live AS (
+    SELECT id, client_id, last_used_at FROM {ClientToken._meta.db_table} WHERE id IN ({{live}})
+), used AS (
     UPDATE {ClientToken._meta.db_table} SET last_used_at = now()
-    WHERE id IN ({{live}}) RETURNING client_id
+    WHERE id IN (
+        SELECT id FROM live
+        WHERE last_used_at IS NULL OR last_used_at < now() - interval '1 minute'
+    )
 )
 SELECT {", ".join(f"c.{field.column}" for field in Client._meta.concrete_fields)},
        {", ".join(f"m.{field.column}" for field in ClientModel._meta.concrete_fields)}
-FROM used
-JOIN {Client._meta.db_table} AS c ON c.id = used.client_id
+FROM live
+JOIN {Client._meta.db_table} AS c ON c.id = live.client_id
 JOIN {ClientModel._meta.db_table} AS m ON m.id = c.model_id
 """
 

@@ -132,3 +132,20 @@ def test_a_submitter_that_gives_up_does_not_stop_the_others():
     outcomes, batches = run(flow())
     assert outcomes == ["FIRST", "STAYING"]
     assert batches == [["first"], ["leaving", "staying"]]
+
+
+def test_a_gathering_group_runs_the_requests_of_its_interval_together_even_the_first():
+    async def flow():
+        recorder = Recorder()
+        recorder.release.set()
+        group = GroupCommit(recorder, key=str, gather_s=0.05)
+        tasks = await started(group, "a1")
+        await asyncio.sleep(0.01)  # still within the interval
+        tasks += await started(group, "b1", "c1")
+        outcomes = await asyncio.gather(*tasks)
+        tasks = await started(group, "d1")  # the next interval
+        return recorder.batches, outcomes + await asyncio.gather(*tasks)
+
+    batches, outcomes = run(flow())
+    assert batches == [["a1", "b1", "c1"], ["d1"]]
+    assert outcomes == ["A1", "B1", "C1", "D1"]
