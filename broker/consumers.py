@@ -103,16 +103,16 @@ SOCKET_CLOSED = _socket_closed_errors()
 _confirmations = GroupCommit(in_thread(confirm_receipts), key=lambda c: c.client.pk)
 _answers = GroupCommit(in_thread(acknowledge_deliveries), key=lambda a: a.delivery_id)
 # And the agents' updates (a fleet reports its load every minute or so: gathered for
-# UPDATES_GATHER_S, a few dozen a call at 10,000 agents instead of one), and their
+# AGENT_REPORTS_GATHER_MS, a few dozen a call at 10,000 agents instead of one), and their
 # advertisements (a fleet logging in states its models at once).
-UPDATES_GATHER_S = 0.2
+REPORTS_GATHER_S = settings.AGENT_REPORTS_GATHER_MS / 1000
 _updates = GroupCommit(
-    in_thread(agents.updates), key=lambda s: s.client.pk, gather_s=UPDATES_GATHER_S
+    in_thread(agents.updates), key=lambda s: s.client.pk, gather_s=REPORTS_GATHER_S
 )
 _advertisements = GroupCommit(in_thread(agents.advertisements), key=lambda s: s.client.pk)
 # And their sessions' presence: logins, heartbeats, closes (a statement per kind).
 _presence = GroupCommit(
-    in_thread(presence.record), key=lambda c: c.client_id, gather_s=UPDATES_GATHER_S
+    in_thread(presence.record), key=lambda c: c.client_id, gather_s=REPORTS_GATHER_S
 )
 logger = logging.getLogger(__name__)
 # The connections of this process waiting to log in, at most AGENT_LOGINS_AT_ONCE.

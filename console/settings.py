@@ -379,6 +379,10 @@ AGENT_LOGIN_TIMEOUT_S = env_int("AGENT_LOGIN_TIMEOUT_S", 10, minimum=1)
 # try again in a few seconds (503, `busy`) rather than wait until its login times out:
 # a fleet coming back after an outage is spread out instead of stampeding.
 AGENT_LOGINS_AT_ONCE = env_int("AGENT_LOGINS_AT_ONCE", 500, minimum=1)
+# How long a web process gathers its agents' attribute updates and presence before it
+# writes them (broker.consumers): at a few a second per process each was a transaction
+# of its own; gathered, a write carries dozens. Nobody waits on them.
+AGENT_REPORTS_GATHER_MS = env_int("AGENT_REPORTS_GATHER_MS", 200, minimum=0)
 # Agents confirm what they have at least this often when idle (their heartbeat). Each
 # costs the server a frame each way and a statement: with 10,000 idle agents at 10 s, as
 # much CPU as a round of deliveries. The web server pings only a socket idle for

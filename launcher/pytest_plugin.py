@@ -46,6 +46,8 @@ TEST_SETTINGS = {
     "TREE_FRESH_FOR_MS": "50",
     # A leaf that just took in changes gathers the next ones for a tenth of a second.
     "TREE_CHANGES_GATHER_MS": "100",
+    # And a web process its agents' updates and presence for a fiftieth of a second.
+    "AGENT_REPORTS_GATHER_MS": "20",
 }
 # A run that is stopping its servers holds the folder alone for the few seconds it takes.
 FOLDER_WAIT_S = 60.0
