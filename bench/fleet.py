@@ -393,11 +393,13 @@ def print_memory_per_agent(console: Console, idle_rss: int, agents: int) -> None
 SERVER_PARTS = ("web", "workers", "beat", "postgres", "redis")
 
 
-def server_bill(spent: dict[str, float], per: float, scale: float = 1000.0) -> str:
-    """The server's CPU seconds in `spent`, over `per` units, in ms (x `scale`/1000),
-    with each part's share: "1.23 ms (web 0.80, workers 0.20, ...)"."""
+def server_bill(
+    spent: dict[str, float], per: float, scale: float = 1000.0, unit: str = "ms"
+) -> str:
+    """The server's CPU seconds in `spent`, over `per` units, times `scale` (1000: in
+    ms), with each part's share: "1.23 ms (web 0.80, workers 0.20, ...)"."""
     parts = ", ".join(f"{part} {spent[part] * scale / per:.2f}" for part in SERVER_PARTS)
-    return f"{sum(spent[p] for p in SERVER_PARTS) * scale / per:.2f} ms ({parts})"
+    return f"{sum(spent[p] for p in SERVER_PARTS) * scale / per:.2f} {unit} ({parts})"
 
 
 def print_cpu_per_login(phases: Phases, agents: int, reports: list[dict]) -> None:
@@ -420,9 +422,9 @@ def print_idle_cpu_per_agent(phases: Phases, agents: int) -> None:
     _, _, spent, wall_s = phases.rows[-1]
     server_s = sum(spent[part] for part in SERVER_PARTS)
     share = server_s / wall_s / agents * 1000 * 100
-    per_minute = server_bill(spent, wall_s / 60 * agents / 1000, scale=1.0)
-    print(f"{'idle server CPU per 1,000 agents':>34}: {share:.2f} % of a core"
-          f" ({per_minute.replace(' ms', ' CPU-s a minute', 1)})", flush=True)  # fmt: skip
+    per_minute = server_bill(spent, wall_s / 60 * agents / 1000, scale=1.0, unit="CPU-s a minute")
+    print(f"{'idle server CPU per 1,000 agents':>34}: {share:.2f} % of a core ({per_minute})",
+          flush=True)  # fmt: skip
 
 
 def print_cpu_per_answered_delivery(phases: Phases) -> None:

@@ -25,7 +25,7 @@ a direct write: no task, no queue per delivery. The real agents stay the fleet o
 `./run`, `bench.chaos` and `bench.agent_restarts`.
 
 It writes what `demo/simulator.py` writes (its ready line, its logged-in counts, its
-stats file), plus each server's logins and connection attempts.
+stats file), plus its connection attempts and how many of its servers gave up.
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ import sys
 import time
 
 import orjson
+import uvloop
 
 from demo.light_socket import HandshakeError, LightSocket, Refused, open_socket
-from demo.simulator import CONNECT_SPREAD_S, LIVE_CHECK_S, say
+from demo.simulator import CONNECT_SPREAD_S, say, say_how_many_are_logged_in
 
 SOFTWARE = "sn-light-fleet 1"
 RECONNECT_FIRST_S = 0.5
@@ -75,7 +76,7 @@ class LightServer:
         self.heartbeat_s = 30.0
         self.ready = asyncio.Event()
         self.logged_in_at = 0.0
-        self.logins = self.attempts = self.duplicates = 0
+        self.attempts = self.duplicates = 0
         self.stopped = False  # ended for good by the server: it gave up
         self.latencies_ms: list[tuple[str, float]] = []
         self.receipts: list[tuple[str, int, float]] = []
@@ -93,8 +94,9 @@ class LightServer:
         await asyncio.sleep(delay_s)
         ceiling = RECONNECT_FIRST_S
         while True:
+            asked_s = 0.0
             try:
-                asked_s = await self._session()
+                await self._session()
                 ceiling = RECONNECT_FIRST_S
             except Stopped:
                 self.stopped = True
@@ -104,9 +106,9 @@ class LightServer:
             await asyncio.sleep(asked_s + self.rng.uniform(0.0, ceiling))
             ceiling = min(ceiling * 2, RECONNECT_MAX_S)
 
-    async def _session(self) -> float:
-        """One connection, from its handshake to its end; seconds the server asked to
-        wait before the next (0 when it did not ask)."""
+    async def _session(self) -> None:
+        """One connection, from its handshake to its end (Stopped if the server ended
+        it for good)."""
         self.attempts += 1
         self.socket = socket = await open_socket(self.url, timeout_s=HANDSHAKE_TIMEOUT_S)
         try:
@@ -118,7 +120,8 @@ class LightServer:
             self.socket, self.logged_in = None, False
             for task in list(self.tasks):
                 task.cancel()
-        return self._why_closed(socket)
+        if socket.close_code in FINAL_CLOSE_CODES:
+            raise Stopped(socket.close_code)
 
     def _receive(self, text: str) -> None:
         """Every message the server sends, as it comes (from the socket's data)."""
@@ -128,11 +131,6 @@ class LightServer:
         task = asyncio.ensure_future(work)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-
-    def _why_closed(self, socket: LightSocket) -> float:
-        if socket.close_code in FINAL_CLOSE_CODES:
-            raise Stopped(socket.close_code)
-        return 0.0
 
     def _login(self) -> None:
         login = {"type": "login", "ref": "login", "token": self.token}
@@ -168,7 +166,7 @@ class LightServer:
             self._refused(frame)
 
     def _welcomed(self, frame: dict) -> None:
-        self.logged_in, self.logins = True, self.logins + 1
+        self.logged_in = True
         self.logged_in_at = self.logged_in_at or time.monotonic()
         self.heartbeat_s = min(30.0, float(frame.get("heartbeat_s", 30)))
         values = {**self.values, "load": self._load()}
@@ -334,18 +332,6 @@ async def run_fleet(spec: dict) -> list[LightServer]:
     return servers
 
 
-async def say_how_many_are_logged_in(servers: list[LightServer]) -> None:
-    """As demo/simulator.py: a JSON line whenever the number logged in changed."""
-    said = len(servers)
-    while True:
-        await asyncio.sleep(LIVE_CHECK_S)
-        now = sum(1 for s in servers if s.logged_in)
-        if now != said:
-            say({"fleet": os.getpid(), "agents": len(servers), "logged_in": now,
-                 "at": time.time()})  # fmt: skip
-            said = now
-
-
 def cpu_s() -> float:
     """This process's CPU time so far (user and system)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -358,10 +344,8 @@ def write_stats(path: str, servers: list[LightServer]) -> None:
         "receipts": [item for s in servers for item in s.receipts],
         "received": [item for s in servers for item in s.received],
         "repeats_dropped": sum(s.duplicates for s in servers),
-        "logins": [s.logins for s in servers],
         "attempts": [s.attempts for s in servers],
         "stopped": sum(1 for s in servers if s.stopped),
-        "cpu_s": cpu_s(),
     }
     with open(path, "wb") as file:
         file.write(orjson.dumps(stats))
@@ -372,7 +356,7 @@ def main(argv: list[str]) -> int:
         spec = orjson.loads(file.read())
     _, most = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (most, most))  # a socket per server
-    loop = new_event_loop()
+    loop = uvloop.new_event_loop()  # a dependency of the console's, as its web processes run
     fleet = loop.create_task(run_fleet(spec))
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, fleet.cancel)
@@ -383,16 +367,6 @@ def main(argv: list[str]) -> int:
     if spec.get("stats"):
         write_stats(spec["stats"], servers)
     return 0
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop when it is installed (it is, with the console): a third less CPU
-    per socket than asyncio's own (docs/benchmarks.md)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
 
 
 if __name__ == "__main__":

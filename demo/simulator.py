@@ -78,6 +78,11 @@ class SimulatedServer(AgentService):
         return self.values["hostname"]
 
     @property
+    def logged_in(self) -> bool:
+        """Its agent is connected and its login was accepted."""
+        return self.agent is not None and self.agent.logged_in
+
+    @property
     def folder(self) -> Path:
         return self.config.state_dir.parent
 
@@ -207,13 +212,14 @@ def say(report: dict) -> None:
     sys.stdout.flush()
 
 
-async def say_how_many_are_logged_in(servers: list[SimulatedServer]) -> None:
+async def say_how_many_are_logged_in(servers: list) -> None:
     """A JSON line {"fleet": pid, "agents": N, "logged_in": n, "at": unix time}
-    whenever the number of this process's agents logged in has changed."""
+    whenever the number of this process's servers logged in (their `logged_in`, the
+    light fleet's as this fleet's) has changed."""
     said = len(servers)
     while True:
         await asyncio.sleep(LIVE_CHECK_S)
-        now = sum(1 for s in servers if s.agent is not None and s.agent.logged_in)
+        now = sum(1 for s in servers if s.logged_in)
         if now != said:
             report = {"fleet": os.getpid(), "agents": len(servers), "logged_in": now}
             say({**report, "at": time.time()})

@@ -3,8 +3,6 @@ commands by changing their attributes and reporting back."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
@@ -12,10 +10,8 @@ import pytest
 from broker.models import AttributeValue, Delivery
 from broker.reads.clients import current_attributes
 from broker.services.events import publish_event
-from demo.scenario import ensure_signing_keys, load_scenario
-from tests.broker.agent_helpers import agent_url, wait_for, wait_until_fleet_ready
-from tests.broker.tree_helpers import wait_until_idle
-from tests.conftest import ROOT, environment_for_test_database, stop_process
+from tests.broker.agent_helpers import wait_for
+from tests.demo.fleets import answered, running_fleet
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,43 +21,14 @@ IIS = 'receiver.software == "IIS"'
 @pytest.fixture
 def fleet(asgi_server, celery_worker):
     """Six scenario web servers running as agents in two processes."""
-    yield from _running_fleet(asgi_server)
+    yield from running_fleet(asgi_server)
 
 
 @pytest.fixture
 def verifying_fleet(asgi_server, celery_worker):
     """The same, as `./run` starts it: the console holds the demo's signing keys, and
     the agents act only on signed events that agree."""
-    yield from _running_fleet(asgi_server, signed=True)
-
-
-def _running_fleet(asgi_server, *, signed: bool = False):
-    scenario = load_scenario(servers=6)
-    if signed:
-        ensure_signing_keys()
-    wait_until_idle()
-    url = agent_url(asgi_server)
-    argv = [
-        sys.executable, str(ROOT / "manage.py"), "simulate_fleet", "--agents", "6",
-        "--processes", "2", "--url", url, "--load-interval", "0.5",
-    ]  # fmt: skip
-    process = subprocess.Popen(
-        argv, env=environment_for_test_database(), cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        wait_until_fleet_ready(process, agents=6)
-        yield scenario
-    finally:
-        stop_process(process)
-        wait_until_idle()
-
-
-def answered(event, receivers: int) -> list[Delivery]:
-    """The event's deliveries once there are `receivers` of them, all answered (two
-    leaves record theirs at different moments), else nothing."""
-    deliveries = list(Delivery.objects.filter(event=event).select_related("receiver"))
-    done = len(deliveries) == receivers and all(d.state in ("acked", "failed") for d in deliveries)
-    return deliveries if done else []
+    yield from running_fleet(asgi_server, signed=True)
 
 
 def test_the_fleet_disables_cgi_when_told_and_reports_it(fleet):

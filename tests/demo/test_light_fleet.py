@@ -6,21 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import random
-import subprocess
-import sys
 
 import orjson
 import pytest
 
-from broker.models import Delivery
 from broker.reads.clients import current_attributes
 from broker.services.events import publish_event
 from demo.light_fleet import LightServer, retry_after_s
 from demo.light_socket import Refused
-from demo.scenario import load_scenario
-from tests.broker.agent_helpers import agent_url, wait_for, wait_until_fleet_ready
-from tests.broker.tree_helpers import wait_until_idle
-from tests.conftest import ROOT, environment_for_test_database, stop_process
+from tests.broker.agent_helpers import wait_for
+from tests.demo.fleets import answered, running_fleet
 
 IIS = 'receiver.software == "IIS"'
 VALUES = {"hostname": "web-x", "software": "IIS", "version": "2.4.1", "cgi": True, "load": 0.3}
@@ -117,28 +112,8 @@ def test_a_busy_refusal_of_the_handshake_is_waited_out_as_it_asked():
 
 @pytest.fixture
 def light_fleet(asgi_server, celery_worker):
-    """Six scenario web servers as the light fleet, in one process."""
-    scenario = load_scenario(servers=6)
-    wait_until_idle()
-    argv = [
-        sys.executable, str(ROOT / "manage.py"), "simulate_fleet", "--light", "--agents", "6",
-        "--processes", "1", "--url", agent_url(asgi_server), "--load-interval", "0.5",
-    ]  # fmt: skip
-    process = subprocess.Popen(
-        argv, env=environment_for_test_database(), cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        wait_until_fleet_ready(process, agents=6)
-        yield scenario
-    finally:
-        stop_process(process)
-        wait_until_idle()
-
-
-def answered(event, receivers: int) -> list[Delivery]:
-    deliveries = list(Delivery.objects.filter(event=event).select_related("receiver"))
-    done = len(deliveries) == receivers and all(d.state in ("acked", "failed") for d in deliveries)
-    return deliveries if done else []
+    """Six scenario web servers as the light fleet."""
+    yield from running_fleet(asgi_server, light=True)
 
 
 @pytest.mark.django_db(transaction=True)
