@@ -121,15 +121,24 @@ def refusals_recorded(
     try:
         yield
     except BrokerError as error:
-        record_refusal(
-            actor=actor,
-            action=action,
-            target=target,
-            reason=error.message,
-            details={**(details or {}), "field": error.field},
-            error=error,
-        )
+        record_error(error, actor=actor, action=action, target=target, details=details)
         raise
+
+
+def record_error(
+    error: BrokerError, *, actor: Actor, action: str, target: str, details: dict | None = None
+) -> None:
+    """Record `error` as the refusal of `action` (with the offending field), as
+    `refusals_recorded` does for an error raised in its block: for a caller that
+    answers many requests at once and refuses some of them without raising."""
+    record_refusal(
+        actor=actor,
+        action=action,
+        target=target,
+        reason=error.message,
+        details={**(details or {}), "field": error.field},
+        error=error,
+    )
 
 
 def refusal_category(*, action: str, error: BrokerError | None = None) -> str:

@@ -110,11 +110,32 @@ _updates = GroupCommit(
     in_thread(agents.updates), key=lambda s: s.client.pk, gather_s=REPORTS_GATHER_S
 )
 _advertisements = GroupCommit(in_thread(agents.advertisements), key=lambda s: s.client.pk)
+# And their logins (a fleet logging in at once, after an outage: the tokens checked, the
+# groups joined and the streams' ends read for all that wait, a statement or a round
+# trip each), one per token.
+_sessions = GroupCommit(
+    in_thread(lambda logins: agents.start_sessions(logins, join=_join_groups)),
+    key=lambda login: login.token,
+)
+# And their `received` frames, gathered too: an idle fleet's heartbeats (every agent
+# every AGENT_HEARTBEAT_S) would otherwise run nearly one a statement, and the agent
+# waits for the answer only to know that the connection lives. A confirmation in an
+# answer (`ack`) runs at once: it marks deliveries received that a page is watching.
+_heartbeats = GroupCommit(
+    in_thread(confirm_receipts), key=lambda c: c.client.pk, gather_s=REPORTS_GATHER_S
+)
 # And their sessions' presence: logins, heartbeats, closes (a statement per kind).
 _presence = GroupCommit(
     in_thread(presence.record), key=lambda c: c.client_id, gather_s=REPORTS_GATHER_S
 )
 logger = logging.getLogger(__name__)
+
+
+def _join_groups(memberships: list[tuple[str, str]]) -> None:
+    """Join each (group, channel), in one round trip to Redis (from a worker thread)."""
+    get_channel_layer().group_add_many_blocking(memberships)
+
+
 # The connections of this process waiting to log in, at most AGENT_LOGINS_AT_ONCE.
 _logins = protocol.LoginGate(
     settings.AGENT_LOGINS_AT_ONCE, patience_s=settings.AGENT_LOGIN_TIMEOUT_S / 2
@@ -365,12 +386,8 @@ class AgentConsumer(SendsUntilClosed):
         # replay. Half a login (say Redis failed to join the group) is no login: the
         # agent is told to try again later (1013), not left without its live stream.
         async with self._pushes_held():
-            opened = await in_thread(agents.start_session)(
-                token=token,
-                peer=peer,
-                after_position=after,
-                after_delivery=legacy_after,
-                join=self._join_blocking,
+            opened = await _sessions.submit(
+                agents.Login(token, peer, after, legacy_after, joining=self._joining)
             )
             self.client, self.token = opened.client, token
             self.actor = Actor("client", self.client.name)
@@ -387,10 +404,12 @@ class AgentConsumer(SendsUntilClosed):
         self.session_recorded = True
         self._record_presence(presence.Kind.OPENED, peer=peer, agent=agent)
 
-    def _join_blocking(self, client_id: int) -> None:
-        """Join the client's group (from the login's worker thread)."""
-        self.group = client_group(client_id)  # first: a push may follow the join at once
-        self.channel_layer.group_add_blocking(self.group, self.channel_name)
+    def _joining(self, client_id: int) -> tuple[str, str]:
+        """(the client's group, this session's channel), to join (from the logins'
+        worker thread); the group is noted first, so that a close after half a login
+        still leaves it."""
+        self.group = client_group(client_id)
+        return self.group, self.channel_name
 
     @contextlib.asynccontextmanager
     async def _pushes_held(self):
@@ -503,20 +522,21 @@ class AgentConsumer(SendsUntilClosed):
         await _answers.submit(answer)
         if position is None:
             return {"type": "ok"}
-        return await self._confirmed(position)
+        return await self._confirmed(position, _confirmations)
 
     async def on_received(self, request: Request) -> dict | None:
-        return await self._confirmed(_position(request, required=True))
+        return await self._confirmed(_position(request, required=True), _heartbeats)
 
-    async def _confirmed(self, position: int) -> dict | None:
-        """Record that the agent has every delivery up to `position`; the answer says
-        how far its stream goes (None: the session ended, its tokens were revoked)."""
+    async def _confirmed(self, position: int, group: GroupCommit) -> dict | None:
+        """Record, with the others `group` runs together, that the agent has every
+        delivery up to `position`; the answer says how far its stream goes (None: the
+        session ended, its tokens were revoked)."""
         self._seen()
         # The confirmation is also the heartbeat: the token is checked again, so that a
         # revocation whose notice was lost (Redis down) still ends the session. (A Redis
         # that restarted and forgot the group: the process joins it again, push.layer.)
         confirmation = Confirmation(self.client, position, self.actor, self.token)
-        stream = await _confirmations.submit(confirmation)
+        stream = await group.submit(confirmation)
         if stream is None:
             await self.session_revoked({})
             return None

@@ -25,8 +25,8 @@ expiry is dropped from its group: an agent's session can last for days).
 
 Both ends that write from worker threads do so on a plain (blocking) Redis client of
 the same server: leaves push from their routing threads (`group_send_each`), agents'
-logins join their client's group inside the login's one database round trip
-(`group_add_blocking`).
+logins join their clients' groups between the logins' statements, all the logins
+waiting in a process at once (`group_add_many_blocking`).
 """
 
 from __future__ import annotations
@@ -252,14 +252,21 @@ class FanoutRedisChannelLayer(RedisChannelLayer):
         if over:
             raise ChannelFullError(f"{over} receiving processes are at channel capacity")
 
-    def group_add_blocking(self, group: str, channel: str) -> None:
-        """`group_add` for a caller in a worker thread: the same Redis entries."""
-        self._remember(group, channel)
-        key = self._group_key(group)
-        pipe = self.blocking_client(self.consistent_hash(group)).pipeline(transaction=False)
-        pipe.zadd(key, {channel: time.time()})
-        pipe.expire(key, self.group_expiry)
-        pipe.execute()
+    def group_add_many_blocking(self, memberships: list[tuple[str, str]]) -> None:
+        """`group_add` of many (group, channel), for a caller in a worker thread: the
+        same Redis entries, in a round trip per Redis host."""
+        pipes = {}
+        now = time.time()
+        for group, channel in memberships:
+            self._remember(group, channel)
+            index = self.consistent_hash(group)
+            if index not in pipes:
+                pipes[index] = self.blocking_client(index).pipeline(transaction=False)
+            key = self._group_key(group)
+            pipes[index].zadd(key, {channel: now})
+            pipes[index].expire(key, self.group_expiry)
+        for pipe in pipes.values():
+            pipe.execute()
 
     def blocking_client(self, index: int) -> redis.Redis:
         """The plain (blocking) client of Redis host `index`, shared by the threads."""

@@ -14,7 +14,7 @@ from broker.models import (
     Event,
     ReceiverStream,
 )
-from broker.prepared import prepared_cursor
+from broker.prepared import int_array, prepared_cursor
 from broker.push.to_agents import Pushed
 
 
@@ -78,6 +78,23 @@ def last_position_of(client: Client) -> int:
 
 
 LAST_POSITION = f"SELECT last_position FROM {ReceiverStream._meta.db_table} WHERE client_id = %s"
+
+
+def last_positions_of(clients: list[Client]) -> dict[int, int]:
+    """{client id: the last position of its stream (0 if it never had a delivery)}
+    for many clients in one statement (a fleet logging in)."""
+    ends = dict.fromkeys((client.pk for client in clients), 0)
+    if ends:
+        with prepared_cursor() as cursor:
+            cursor.execute(LAST_POSITIONS, [int_array(ends)])
+            ends.update(cursor.fetchall())
+    return ends
+
+
+LAST_POSITIONS = (
+    f"SELECT client_id, last_position FROM {ReceiverStream._meta.db_table}"
+    " WHERE client_id = ANY(%s::bigint[])"
+)
 
 
 def position_after_delivery(client: Client, delivery_id: int) -> int:

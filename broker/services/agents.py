@@ -13,25 +13,35 @@ from typing import Any
 
 from broker import audit, protocol
 from broker.audit import Actor
-from broker.errors import BrokerError, InvalidInput
+from broker.errors import AuthenticationFailed, BrokerError, InvalidInput
 from broker.models import Client
 from broker.reads.clients import OwnAttributes, own_attributes_of
-from broker.reads.deliveries import deliveries_to_replay, last_position_of, position_after_delivery
+from broker.reads.deliveries import (
+    deliveries_to_replay,
+    last_positions_of,
+    position_after_delivery,
+)
 from broker.services.clients import (
     StatedValues,
-    authenticate_client,
+    authenticate_clients,
     state_attributes_of_clients,
 )
 from broker.services.events import SenderSignature, publish_event
 from broker.services.policies import set_policy
 
 
-def authenticate_agent(*, token: str, peer: str) -> Client:
-    """The client a session logs in as; a refused login is audited with the peer."""
-    with audit.refusals_recorded(
-        actor=Actor("agent", peer), action="agent.login", target="agent-socket"
-    ):
-        return authenticate_client(token)
+@dataclass(frozen=True)
+class Login:
+    """A session's login: its token, its peer (host:port), where its agent asks the
+    replay to start (a position, or, as the protocol's first revision did, a delivery
+    id), and `joining`: given the client's id once the token is accepted, the session
+    notes the group of that client's live pushes and returns (group, its channel)."""
+
+    token: str
+    peer: str
+    after_position: int | None
+    after_delivery: int | None
+    joining: Callable[[int], tuple[str, str]]
 
 
 @dataclass(frozen=True)
@@ -45,23 +55,39 @@ class OpenedSession:
     first_page: list[dict]
 
 
-def start_session(
-    *,
-    token: str,
-    peer: str,
-    after_position: int | None,
-    after_delivery: int | None,
-    join: Callable[[int], None],
-) -> OpenedSession:
-    """A login in one round trip: check the token, `join` the client's live pushes
-    (given its id), then read the stream's end and the first page to replay. Joining
-    comes before the reads, so that nothing falls between the replay and the live
-    pushes (a push crossing the replay comes twice; the agent drops the repeat)."""
-    client = authenticate_agent(token=token, peer=peer)
-    join(client.pk)
-    if after_position is None and after_delivery is not None:
-        after_position = position_after_delivery(client, after_delivery)
-    last = last_position_of(client)
+# Joins sessions to their clients' live pushes: [(group, session channel)].
+Join = Callable[[list[tuple[str, str]]], None]
+
+
+def start_sessions(logins: list[Login], *, join: Join) -> list[OpenedSession | BrokerError]:
+    """Many sessions' logins at once (a fleet logging in; broker.group_commit): for each, in order, its opened session or its (audited)
+    refusal. The tokens are checked in one statement, the sessions `join`ed in one
+    call, then the streams' ends read in one statement: joining comes before the
+    reads, so that nothing falls between the replay and the live pushes (a push
+    crossing the replay comes twice; the agent drops the repeat)."""
+    clients = authenticate_clients([login.token for login in logins])
+    paired = list(zip(logins, clients, strict=True))
+    admitted = [(login, client) for login, client in paired if client]
+    if admitted:
+        join([login.joining(client.pk) for login, client in admitted])
+    ends = last_positions_of([client for _, client in admitted])
+    return [
+        _opened(login, client, ends[client.pk]) if client else _refused_login(login)
+        for login, client in paired
+    ]
+
+
+def _refused_login(login: Login) -> AuthenticationFailed:
+    error = AuthenticationFailed("the token is unknown, revoked or expired")
+    actor = Actor("agent", login.peer)
+    audit.record_error(error, actor=actor, action="agent.login", target="agent-socket")
+    return error
+
+
+def _opened(login: Login, client: Client, last: int) -> OpenedSession:
+    after_position = login.after_position
+    if after_position is None and login.after_delivery is not None:
+        after_position = position_after_delivery(client, login.after_delivery)
     first_page = []
     if (after_position or 0) < last:
         first_page = deliveries_to_replay(
@@ -99,13 +125,8 @@ def _incomplete(stated: StatedValues, own: OwnAttributes) -> InvalidInput | None
         field=f"values.{missing[0]}",
     )
     target = f"client:{stated.client.name}"
-    try:
-        with audit.refusals_recorded(
-            actor=stated.actor, action="attributes.advertise", target=target
-        ):
-            raise error
-    except InvalidInput:
-        return error
+    audit.record_error(error, actor=stated.actor, action="attributes.advertise", target=target)
+    return error
 
 
 def updates(all_stated: list[StatedValues]) -> list[BrokerError | None]:

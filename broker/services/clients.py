@@ -21,7 +21,7 @@ from broker.credentials import key_digest, new_secret, token_expiry
 from broker.dispatch import entry
 from broker.errors import AuthenticationFailed, BrokerError, InvalidInput, NotAuthorised
 from broker.models import Client, ClientModel, ClientToken, ModelAttribute
-from broker.prepared import prepared_cursor
+from broker.prepared import prepared_cursor, text_array
 from broker.push import to_agents
 from broker.reads.clients import (
     OwnAttributes,
@@ -214,11 +214,27 @@ def _secret_matches(secret: str, stored: str) -> bool:
 def authenticate_client(token: str) -> Client:
     """The active client a live token belongs to, with its model; else
     AuthenticationFailed. The token is marked used."""
-    with prepared_cursor() as cursor:  # one statement: its own transaction
-        cursor.execute(USE_TOKEN.format(live=live_token_ids_sql()), [key_digest(token)])
-        row = cursor.fetchone()
-    if row is None:
+    (client,) = authenticate_clients([token])
+    if client is None:
         raise AuthenticationFailed("the token is unknown, revoked or expired")
+    return client
+
+
+def authenticate_clients(tokens: list[str]) -> list[Client | None]:
+    """`authenticate_client` for many tokens in one statement (a fleet logging in):
+    for each, in order, its client with its model, or None if it lets nobody in."""
+    with prepared_cursor() as cursor:  # one statement: its own transaction
+        cursor.execute(
+            USE_TOKENS.format(live=live_token_ids_sql().replace("%s", "input.digest")),
+            [text_array(key_digest(token) for token in tokens)],
+        )
+        found = {row[0]: row[1:] for row in cursor.fetchall()}
+    return [_client_of(found.get(ordinal)) for ordinal in range(1, len(tokens) + 1)]
+
+
+def _client_of(row: tuple | None) -> Client | None:
+    if row is None:
+        return None
     client = Client.from_db(connection.alias, CLIENT_FIELDS, row[: len(CLIENT_FIELDS)])
     client.model = ClientModel.from_db(connection.alias, MODEL_FIELDS, row[len(CLIENT_FIELDS) :])
     return client
@@ -227,14 +243,19 @@ def authenticate_client(token: str) -> Client:
 CLIENT_FIELDS = [field.attname for field in Client._meta.concrete_fields]
 MODEL_FIELDS = [field.attname for field in ClientModel._meta.concrete_fields]
 
-# A token's use in one statement (a login is a reconnect storm's unit of work): its
-# record, if it still lets its client in, marked used (at most once a minute: when a
-# token was last used is shown for people to read, and a fleet logging in again after
-# an outage would otherwise write a row for each of its agents); its client and the
-# client's model.
-USE_TOKEN = f"""
-WITH live AS (
-    SELECT id, client_id, last_used_at FROM {ClientToken._meta.db_table} WHERE id IN ({{live}})
+# Tokens' use in one statement (a login is a reconnect storm's unit of work): for each
+# token (by its ordinal), its record, if it still lets its client in, marked used (at
+# most once a minute: when a token was last used is shown for people to read, and a
+# fleet logging in again after an outage would otherwise write a row for each of its
+# agents); its client and the client's model.
+USE_TOKENS = f"""
+WITH input AS (
+    SELECT * FROM unnest(%s::text[]) WITH ORDINALITY AS i(digest, ord)
+), live AS (
+    SELECT input.ord, t.id, t.client_id, t.last_used_at
+    FROM input
+    CROSS JOIN LATERAL ({{live}}) AS found (id)
+    JOIN {ClientToken._meta.db_table} AS t ON t.id = found.id
 ), used AS (
     UPDATE {ClientToken._meta.db_table} SET last_used_at = now()
     WHERE id IN (
@@ -242,7 +263,8 @@ WITH live AS (
         WHERE last_used_at IS NULL OR last_used_at < now() - interval '1 minute'
     )
 )
-SELECT {", ".join(f"c.{field.column}" for field in Client._meta.concrete_fields)},
+SELECT live.ord,
+       {", ".join(f"c.{field.column}" for field in Client._meta.concrete_fields)},
        {", ".join(f"m.{field.column}" for field in ClientModel._meta.concrete_fields)}
 FROM live
 JOIN {Client._meta.db_table} AS c ON c.id = live.client_id

@@ -18,8 +18,6 @@ from datetime import UTC, datetime, timedelta
 from importlib import import_module
 from types import ModuleType
 
-from pyspark.sql import functions as F
-
 from reports.results import Params
 
 logger = logging.getLogger(__name__)
@@ -74,6 +72,8 @@ def rehearsals(data) -> list[Params]:
 
 
 def _newest_event(data) -> datetime | None:
+    from pyspark.sql import functions as F  # here: importing KINDS must not load Spark
+
     micros = data.table("events").agg(F.unix_micros(F.max("published_at"))).first()[0]
     if micros is None:
         return None
@@ -81,5 +81,7 @@ def _newest_event(data) -> datetime | None:
 
 
 def _a_region(data) -> str | None:
+    from pyspark.sql import functions as F
+
     found = data.table("clients").where(F.col("region").isNotNull()).select("region").first()
     return found["region"] if found else None

@@ -258,7 +258,7 @@ def test_a_process_joins_its_groups_again_once_redis_has_forgotten_them():
         layer = layer_like_the_settings()
         a, b, gone = [await layer.new_channel() for _ in range(3)]
         await layer.group_add("test.keep.alpha", a)
-        await asyncio.to_thread(layer.group_add_blocking, "test.keep.beta", b)  # as a login
+        await asyncio.to_thread(layer.group_add_many_blocking, [("test.keep.beta", b)])  # a login
         await layer.group_add("test.keep.alpha", gone)
         await layer.group_discard("test.keep.alpha", gone)
         first = await layer.check_memberships()  # no mark yet: joins again, harmlessly

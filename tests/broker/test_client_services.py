@@ -10,6 +10,7 @@ from broker.services.clients import (
     AttributeSpec,
     StatedValues,
     authenticate_client,
+    authenticate_clients,
     create_client_model,
     issue_token,
     log_in_client,
@@ -100,6 +101,22 @@ def test_authenticating_gives_the_client_with_its_model_and_marks_the_token_used
         assert (client.name, client.model.name, client.can_receive) == ("web-1", "web-server", True)
     assert client == server and client.model == web_model
     assert ClientToken.objects.get(client=server).last_used_at is not None
+
+
+def test_many_tokens_are_checked_in_one_statement_each_answered_in_its_place(
+    server, web_model, django_assert_num_queries
+):
+    other, _ = register_client(
+        name="web-2", model=web_model, can_send=False, can_receive=True, actor=OPERATOR
+    )
+    revoked = issue_token(client=other, actor=OPERATOR)
+    revoke_tokens(client=other, actor=OPERATOR)
+    tokens = [issue_token(client=server, actor=OPERATOR), "junk", revoked]
+    tokens.append(issue_token(client=other, actor=OPERATOR))
+    with django_assert_num_queries(1):
+        found = authenticate_clients(tokens)
+    assert [client and client.name for client in found] == ["web-1", None, None, "web-2"]
+    assert found[3].model == web_model
 
 
 def test_a_token_of_a_deactivated_client_authenticates_nothing_and_is_not_marked_used(server):
