@@ -66,7 +66,7 @@ def profiled(pids: dict[str, int], phase: str):
         output = folder / f"{phase}-{name}.txt"
         output.unlink(missing_ok=True)
         argv = [py_spy, "record", "--pid", str(pid), "--format", "raw", "--nonblocking",
-                "--gil", "--rate", "100", "--output", str(output)]  # fmt: skip
+                "--gil", "--rate", "250", "--output", str(output)]  # fmt: skip
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         profiles.append(Profile(name, phase, output, subprocess.Popen(argv, **quiet)))
     try:
