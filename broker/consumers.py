@@ -142,9 +142,10 @@ _logins = protocol.LoginGate(
 )
 handshake_denial.quiet_uvicorn_about_denials()
 outages.quiet_uvicorn_about_outages()
-# Presence writes running in the background: kept here so that they are not collected
-# before they finish (the event loop holds tasks only weakly).
-_presence_writes: set[asyncio.Task] = set()
+# Tasks running in the background (presence writes, closes at the login time-out): kept
+# here so that they are not collected before they finish (the event loop holds tasks
+# only weakly).
+_background: set[asyncio.Task] = set()
 
 
 class SendsUntilClosed(AsyncWebsocketConsumer):
@@ -222,7 +223,7 @@ class AgentConsumer(SendsUntilClosed):
         self.session_recorded = False
         self.last_presence_write: asyncio.Task | None = None
         self.seen_at = 0.0  # time.monotonic() of the last presence write
-        self.login_deadline: asyncio.Task | None = None
+        self.login_deadline: asyncio.TimerHandle | None = None
         self.waiting_to_log_in = False
         self.login_ticket: protocol.LoginTicket | None = None  # let in by the gate
         try:
@@ -232,7 +233,11 @@ class AgentConsumer(SendsUntilClosed):
             return
         await self.accept()
         self.waiting_to_log_in = True
-        self.login_deadline = asyncio.create_task(self._close_unless_logged_in())
+        # A timer, not a task: a task (with its sleeping coroutine, and once cancelled its
+        # error and traceback) was kept by every socket for as long as it lived.
+        self.login_deadline = asyncio.get_running_loop().call_later(
+            settings.AGENT_LOGIN_TIMEOUT_S, self._close_unless_logged_in
+        )
 
     async def _refuse_busy(self, busy: protocol.Busy) -> None:
         """Refuse the handshake itself where the web server can (503, Retry-After, the
@@ -269,8 +274,7 @@ class AgentConsumer(SendsUntilClosed):
 
     async def disconnect(self, code: int) -> None:
         self._done_waiting(logged_in=False)
-        if self.login_deadline is not None:
-            self.login_deadline.cancel()
+        self._stop_login_deadline()
         self.channel_layer.drop_local_channel(self.channel_name)
         if self.session_recorded:
             self._record_presence(presence.Kind.CLOSED)
@@ -350,10 +354,16 @@ class AgentConsumer(SendsUntilClosed):
         if self.client is None or self.refused_frames >= protocol.ABUSE_LIMIT:
             await self.close(code=protocol.CLOSE_ABUSIVE)
 
-    async def _close_unless_logged_in(self) -> None:
-        await asyncio.sleep(settings.AGENT_LOGIN_TIMEOUT_S)
+    def _close_unless_logged_in(self) -> None:
         if self.client is None:
-            await self.close(code=protocol.CLOSE_LOGIN_TIMEOUT)
+            task = asyncio.create_task(self.close(code=protocol.CLOSE_LOGIN_TIMEOUT))
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+
+    def _stop_login_deadline(self) -> None:
+        if self.login_deadline is not None:
+            self.login_deadline.cancel()
+            self.login_deadline = None
 
     async def _send(self, frame: dict) -> None:
         await self.write({"type": "websocket.send", "text": _encoded(frame)})
@@ -399,7 +409,7 @@ class AgentConsumer(SendsUntilClosed):
             except Exception:
                 self.client = self.actor = None
                 raise
-        self.login_deadline.cancel()
+        self._stop_login_deadline()
         self._done_waiting(logged_in=True)
         self.session_recorded = True
         self._record_presence(presence.Kind.OPENED, peer=peer, agent=agent)
@@ -603,8 +613,8 @@ class AgentConsumer(SendsUntilClosed):
                 logger.exception("recording the presence of client %s failed", client_id)
 
         task = self.last_presence_write = asyncio.create_task(run())
-        _presence_writes.add(task)
-        task.add_done_callback(_presence_writes.discard)
+        _background.add(task)
+        task.add_done_callback(_background.discard)
 
     # Channel-layer messages ---------------------------------------------------------
 

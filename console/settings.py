@@ -377,8 +377,10 @@ OPERATOR_TOKEN_DAYS = env_int("OPERATOR_TOKEN_DAYS", 90, minimum=1)
 AGENT_LOGIN_TIMEOUT_S = env_int("AGENT_LOGIN_TIMEOUT_S", 10, minimum=1)
 # Connections a web process lets wait to log in at once; beyond, a new one is told to
 # try again in a few seconds (503, `busy`) rather than wait until its login times out:
-# a fleet coming back after an outage is spread out instead of stampeding.
-AGENT_LOGINS_AT_ONCE = env_int("AGENT_LOGINS_AT_ONCE", 500, minimum=1)
+# a fleet coming back after an outage is spread out instead of stampeding. A waiting
+# connection costs a socket's memory; the gate also admits no more than it can log in
+# within half the login time-out (broker.protocol.LoginGate).
+AGENT_LOGINS_AT_ONCE = env_int("AGENT_LOGINS_AT_ONCE", 5000, minimum=1)
 # How long a web process gathers its agents' attribute updates and presence before it
 # writes them (broker.consumers): at a few a second per process each was a transaction
 # of its own; gathered, a write carries dozens. Nobody waits on them.

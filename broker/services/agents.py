@@ -60,11 +60,12 @@ Join = Callable[[list[tuple[str, str]]], None]
 
 
 def start_sessions(logins: list[Login], *, join: Join) -> list[OpenedSession | BrokerError]:
-    """Many sessions' logins at once (a fleet logging in; broker.group_commit): for each, in order, its opened session or its (audited)
-    refusal. The tokens are checked in one statement, the sessions `join`ed in one
-    call, then the streams' ends read in one statement: joining comes before the
-    reads, so that nothing falls between the replay and the live pushes (a push
-    crossing the replay comes twice; the agent drops the repeat)."""
+    """Many sessions' logins at once (a fleet logging in; broker.group_commit): for
+    each, in order, its opened session or its (audited) refusal. The tokens are checked
+    in one statement, the sessions `join`ed in one call, then the streams' ends read in
+    one statement: joining comes before the reads, so that nothing falls between the
+    replay and the live pushes (a push crossing the replay comes twice; the agent drops
+    the repeat)."""
     clients = authenticate_clients([login.token for login in logins])
     paired = list(zip(logins, clients, strict=True))
     admitted = [(login, client) for login, client in paired if client]
