@@ -56,7 +56,7 @@ from bench.services import (
     wait_for_tree_idle,
     worker_argv,
 )
-from launcher.supervisor import WEB_PING_AFTER_S, listening_socket, web_server_argv
+from launcher.supervisor import listening_socket, web_server_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,7 +91,8 @@ class Console:
         fd = str(self.listener.fileno())
         if self.asgi == "daphne":  # measured beside Uvicorn (docs/benchmarks.md)
             daphne = str(Path(sys.executable).parent / "daphne")
-            argv = [daphne, "--fd", fd, "--ping-interval", str(WEB_PING_AFTER_S)]
+            # No pings in a day: as under Uvicorn, which sends none (launcher.supervisor).
+            argv = [daphne, "--fd", fd, "--ping-interval", "86400"]
             argv += ["console.asgi:application"]
         else:
             # As the launcher starts it: quiet. Verbose, Uvicorn writes two lines for

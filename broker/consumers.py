@@ -131,6 +131,14 @@ _presence = GroupCommit(
 logger = logging.getLogger(__name__)
 
 
+async def _close_silent(session: AgentConsumer) -> None:
+    await session.close(code=protocol.CLOSE_SILENT)
+
+
+# The logged-in sessions of this process, closed when they go silent.
+_silence = protocol.SilenceWatch(heartbeat_s=settings.AGENT_HEARTBEAT_S, close=_close_silent)
+
+
 def _join_groups(memberships: list[tuple[str, str]]) -> None:
     """Join each (group, channel), in one round trip to Redis (from a worker thread)."""
     get_channel_layer().group_add_many_blocking(memberships)
@@ -223,6 +231,7 @@ class AgentConsumer(SendsUntilClosed):
         self.session_recorded = False
         self.last_presence_write: asyncio.Task | None = None
         self.seen_at = 0.0  # time.monotonic() of the last presence write
+        self.heard_at = time.monotonic()  # of the last frame (broker.protocol.SilenceWatch)
         self.login_deadline: asyncio.TimerHandle | None = None
         self.waiting_to_log_in = False
         self.login_ticket: protocol.LoginTicket | None = None  # let in by the gate
@@ -275,6 +284,7 @@ class AgentConsumer(SendsUntilClosed):
     async def disconnect(self, code: int) -> None:
         self._done_waiting(logged_in=False)
         self._stop_login_deadline()
+        _silence.forget(self)
         self.channel_layer.drop_local_channel(self.channel_name)
         if self.session_recorded:
             self._record_presence(presence.Kind.CLOSED)
@@ -292,6 +302,7 @@ class AgentConsumer(SendsUntilClosed):
         await handler(message)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None):
+        self.heard_at = time.monotonic()
         try:
             request = self._admitted(text_data, bytes_data)
         except (protocol.TooLarge, protocol.RateLimited) as error:
@@ -411,6 +422,7 @@ class AgentConsumer(SendsUntilClosed):
                 raise
         self._stop_login_deadline()
         self._done_waiting(logged_in=True)
+        _silence.watch(self)
         self.session_recorded = True
         self._record_presence(presence.Kind.OPENED, peer=peer, agent=agent)
 

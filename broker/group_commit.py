@@ -62,7 +62,9 @@ class GroupCommit(Generic[Item, Outcome]):
     async def submit(self, item: Item) -> Outcome:
         """The item's outcome once its batch ran; raises the error it got."""
         loop = asyncio.get_running_loop()
-        queue = self._queues.setdefault(loop, _Queue())
+        queue = self._queues.get(loop)
+        if queue is None:  # setdefault would make a queue and a weak reference each time
+            queue = self._queues[loop] = _Queue()
         future = loop.create_future()
         queue.waiting.append((item, future))
         if queue.flushing is None or queue.flushing.done():

@@ -1,4 +1,7 @@
-"""The agent protocol's frames and limits (docs/protocol.md), without any I/O.
+"""The agent protocol's frames and limits (docs/protocol.md), without any I/O: the
+rules a web process keeps for all its sessions (the login gate; the watch on sessions
+gone silent, which closes them through its caller) keep time but read and write
+nothing.
 
 A frame is one JSON object in one WebSocket text message. Client frames carry a `type`
 and may carry a `ref` that the answer repeats, so that an agent can match answers to
@@ -7,19 +10,23 @@ requests. Every refusal is an `error` frame naming the offending field.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
 import random
 import re
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sn_agent.client import ACTS_ON
 
 from broker.errors import BrokerError, InvalidInput
 from broker.inputs import decode_json, printable_text
+
+logger = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 64 * 1024
@@ -35,6 +42,8 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_LOGIN_TIMEOUT = 4408
 CLOSE_ABUSIVE = 4429
 CLOSE_REVOKED = 4403
+# Nothing heard from the agent for 3 heartbeats (broker.protocol.SilenceWatch): its peer is gone.
+CLOSE_SILENT = 4410
 # The server could not serve a login now (its database or Redis is down): WebSocket's
 # own "Try Again Later". (Releases before closed with 4503; agents treat both alike.)
 CLOSE_TRY_AGAIN_LATER = 1013
@@ -322,3 +331,60 @@ class TokenBucket:
             return False
         self.tokens -= 1
         return True
+
+
+# Sessions gone silent ------------------------------------------------------------------
+# A web process closes the logged-in sessions it has heard nothing from for
+# SILENT_AFTER_HEARTBEATS heartbeats (a peer that vanished without closing: a cable
+# pulled, a host frozen), in one sweep a heartbeat for all of them. The web server's
+# WebSocket pings did this on a timer of each socket's own: a ping and a pong for every
+# agent every minute beside the heartbeats that already say the connection lives, a
+# sixth of what an idle fleet cost a web process.
+
+# Heartbeats missed before a session counts as gone: an agent that is slow once (a
+# long garbage collection, a busy host) is not cut off.
+SILENT_AFTER_HEARTBEATS = 3
+
+
+class Heard(Protocol):
+    """A session: when it last heard from its agent (time.monotonic())."""
+
+    heard_at: float
+
+
+class SilenceWatch:
+    """The logged-in sessions of one process, swept every `heartbeat_s` for those not
+    heard from within SILENT_AFTER_HEARTBEATS of them, which are given to `close`."""
+
+    def __init__(self, *, heartbeat_s: float, close: Callable[[Heard], Awaitable[None]]):
+        self.heartbeat_s = heartbeat_s
+        self.close = close
+        self.sessions: set[Heard] = set()
+        self.sweeper: asyncio.Task | None = None
+
+    def watch(self, session: Heard) -> None:
+        """Watch `session` from now on (on the loop that serves it)."""
+        self.sessions.add(session)
+        loop = asyncio.get_running_loop()
+        if self.sweeper is None or self.sweeper.done() or self.sweeper.get_loop() is not loop:
+            self.sweeper = loop.create_task(self._sweep_forever())
+
+    def forget(self, session: Heard) -> None:
+        """Stop watching `session` (it ended)."""
+        self.sessions.discard(session)
+
+    def silent(self, now: float | None = None) -> list[Heard]:
+        """The sessions not heard from within SILENT_AFTER_HEARTBEATS heartbeats."""
+        now = time.monotonic() if now is None else now
+        limit = now - SILENT_AFTER_HEARTBEATS * self.heartbeat_s
+        return [session for session in self.sessions if session.heard_at < limit]
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            for session in self.silent():
+                self.forget(session)
+                try:
+                    await self.close(session)
+                except Exception:  # its socket is gone already: nothing more to do
+                    logger.debug("closing a silent session failed", exc_info=True)

@@ -387,8 +387,8 @@ AGENT_LOGINS_AT_ONCE = env_int("AGENT_LOGINS_AT_ONCE", 5000, minimum=1)
 AGENT_REPORTS_GATHER_MS = env_int("AGENT_REPORTS_GATHER_MS", 200, minimum=0)
 # Agents confirm what they have at least this often when idle (their heartbeat). Each
 # costs the server a frame each way and a statement: with 10,000 idle agents at 10 s, as
-# much CPU as a round of deliveries. The web server pings only a socket idle for
-# WEB_PING_AFTER_S (the launcher's), longer than this.
+# much CPU as a round of deliveries. A session not heard from for three of them is
+# closed (broker.protocol.SilenceWatch): the web server sends no pings of its own.
 AGENT_HEARTBEAT_S = env_int("AGENT_HEARTBEAT_S", 30, minimum=1)
 # An agent that confirms the same position, short of its stream's end, for this long is
 # sent the rest again (docs/protocol.md, "The delivery contract").

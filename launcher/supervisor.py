@@ -296,12 +296,11 @@ def _pump(name: str, process: subprocess.Popen) -> None:
     process.stdout.close()
 
 
-# The web server pings a socket quiet for this long, and closes it if the pong takes
-# longer than WEB_PONG_WITHIN_S. Shorter than the agents' heartbeat (AGENT_HEARTBEAT_S,
-# 30 s), each idle agent would cost a ping and a pong between heartbeats, which already
-# tell that the connection lives.
-WEB_PING_AFTER_S = 60
-WEB_PONG_WITHIN_S = 30
+# The web server sends no WebSocket pings (0: none). Uvicorn pinged every socket on a
+# timer of its own, busy or not: a ping and a pong per agent a minute beside the
+# heartbeats that already say the connection lives. A web process closes the agent
+# sessions it hears nothing from itself (broker.protocol.SilenceWatch).
+WEB_PING_EVERY_S = 0
 # A frame larger than this closes its socket (1009) before the console reads it; one up
 # to it is read and refused with `too_large` when over broker.protocol.MAX_FRAME_BYTES.
 WEB_MAX_MESSAGE_BYTES = 1024 * 1024
@@ -317,8 +316,7 @@ def web_server_argv(listener: socket.socket, *, verbose: bool = False) -> list[s
     # `python -m uvicorn`, not the venv's script: its #! line may name another path.
     argv = [sys.executable, "-m", "uvicorn", "--fd", str(listener.fileno())]
     argv += ["--loop", "uvloop", "--http", "httptools", "--ws", "websockets-sansio"]
-    argv += ["--ws-ping-interval", str(WEB_PING_AFTER_S)]
-    argv += ["--ws-ping-timeout", str(WEB_PONG_WITHIN_S)]
+    argv += ["--ws-ping-interval", str(WEB_PING_EVERY_S)]
     argv += ["--ws-max-size", str(WEB_MAX_MESSAGE_BYTES), "--ws-per-message-deflate", "false"]
     argv += ["--lifespan", "off", "--no-proxy-headers", "--no-server-header"]
     argv += ["--timeout-graceful-shutdown", "5"]

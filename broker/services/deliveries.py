@@ -13,7 +13,7 @@ from broker import audit
 from broker.audit import Actor
 from broker.credentials import key_digest
 from broker.errors import BrokerError, InvalidInput, NotFound
-from broker.models import AuditEntry, Client, Delivery, ReceiverStream
+from broker.models import AuditEntry, Client, Delivery
 from broker.prepared import int_array, prepared_cursor, text_array
 from broker.push import to_consoles
 from broker.reads.clients import live_token_ids_sql
@@ -173,6 +173,17 @@ def _checked_ack(delivery_id: Any, status: Any, result: Any) -> str:
     return ACK_STATUSES[status]
 
 
+@dataclass(frozen=True, slots=True)
+class StreamEnds:
+    """What a confirmation answers: how far the client's stream goes, and up to where
+    its agent has confirmed it (a model instance per answer cost a fleet's heartbeats
+    Django's signals)."""
+
+    client: Client
+    last_position: int
+    confirmed_position: int
+
+
 @dataclass(frozen=True)
 class Confirmation:
     """A client's agent has every delivery up to `position` (its stream's numbering).
@@ -185,22 +196,22 @@ class Confirmation:
     token: str | None = None
 
 
-def confirm_receipt(*, client: Client, position: Any, actor: Actor) -> ReceiverStream:
+def confirm_receipt(*, client: Client, position: Any, actor: Actor) -> StreamEnds:
     """The client's agent has every delivery up to `position`: they are `delivered`.
-    Confirming less than before changes nothing. Returns the stream, whose
+    Confirming less than before changes nothing. Returns the stream's ends, whose
     `last_position` tells the agent whether it is missing some."""
     return _one(Confirmation(client, position, actor))
 
 
 def confirm_receipt_while_live(
     *, token: str, client: Client, position: Any, actor: Actor
-) -> ReceiverStream | None:
+) -> StreamEnds | None:
     """`confirm_receipt` for a session: None, and nothing changed, if `token` no
     longer lets `client` in; else the stream, as there."""
     return _one(Confirmation(client, position, actor, token))
 
 
-def _one(confirmation: Confirmation) -> ReceiverStream | None:
+def _one(confirmation: Confirmation) -> StreamEnds | None:
     (outcome,) = confirm_receipts([confirmation])
     if isinstance(outcome, BrokerError):
         raise outcome
@@ -209,13 +220,13 @@ def _one(confirmation: Confirmation) -> ReceiverStream | None:
 
 def confirm_receipts(
     confirmations: list[Confirmation],
-) -> list[ReceiverStream | BrokerError | None]:
+) -> list[StreamEnds | BrokerError | None]:
     """Many confirmations (of distinct clients) in one statement, as agents' sessions
     send them in bursts: each one's outcome in order, the stream, None (its token no
     longer lets it in) or its refusal (audited), as `confirm_receipt` would give it."""
     if len({c.client.pk for c in confirmations}) != len(confirmations):
         raise ValueError("confirmations in one statement must be of distinct clients")
-    outcomes: list[ReceiverStream | BrokerError | Confirmation | None] = [
+    outcomes: list[StreamEnds | BrokerError | Confirmation | None] = [
         _refused_position(c) or c for c in confirmations
     ]
     valid = [c for c in outcomes if isinstance(c, Confirmation)]
@@ -246,7 +257,7 @@ def _refusal(confirmation: Confirmation, message: str) -> BrokerError:
 
 def _outcome(
     confirmation: Confirmation, may: bool, last: int, confirmed: int, events: list
-) -> ReceiverStream | BrokerError | None:
+) -> StreamEnds | BrokerError | None:
     if not may:
         return None
     position = confirmation.position
@@ -257,9 +268,7 @@ def _outcome(
     if events:
         transaction.on_commit(lambda: to_consoles.events_changed(events), robust=True)
     confirmed = max(confirmed, position)
-    return ReceiverStream(
-        client=confirmation.client, last_position=last, confirmed_position=confirmed
-    )
+    return StreamEnds(confirmation.client, last, confirmed)
 
 
 # Confirmations in one statement: for each, whether the client may confirm (a session's

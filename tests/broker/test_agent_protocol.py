@@ -76,6 +76,14 @@ def test_a_socket_that_never_logs_in_is_closed_after_the_deadline(asgi_server, c
         assert close_code(ws) == 4408
 
 
+def test_a_session_that_says_nothing_for_three_heartbeats_is_closed_as_silent(asgi_server, cast):
+    with connect(agent_url(asgi_server)) as ws:  # this client's pings are no heartbeats
+        heartbeat_s = logged_in(ws, cast["server"])["heartbeat_s"]
+        quiet_since = time.monotonic()
+        assert close_code(ws, timeout_s=6 * heartbeat_s) == 4410
+    assert time.monotonic() - quiet_since >= 3 * heartbeat_s - 0.5
+
+
 def test_login_welcomes_with_protocol_limits_and_an_empty_replay(asgi_server, cast):
     with connect(agent_url(asgi_server)) as ws:
         welcome = logged_in(ws, cast["server"])
