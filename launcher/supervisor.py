@@ -315,7 +315,10 @@ def web_server_argv(listener: socket.socket, *, verbose: bool = False) -> list[s
     WebSocket compression is off (agents' frames are small; it cost CPU per frame)."""
     # `python -m uvicorn`, not the venv's script: its #! line may name another path.
     argv = [sys.executable, "-m", "uvicorn", "--fd", str(listener.fileno())]
-    argv += ["--loop", "uvloop", "--http", "httptools", "--ws", "websockets-sansio"]
+    # The websockets library's sans-I/O protocol, forgetting each socket's handshake
+    # once it is open (launcher.web_sockets).
+    argv += ["--loop", "uvloop", "--http", "httptools"]
+    argv += ["--ws", "launcher.web_sockets:HandshakeForgettingProtocol"]
     argv += ["--ws-ping-interval", str(WEB_PING_EVERY_S)]
     argv += ["--ws-max-size", str(WEB_MAX_MESSAGE_BYTES), "--ws-per-message-deflate", "false"]
     argv += ["--lifespan", "off", "--no-proxy-headers", "--no-server-header"]
