@@ -8,9 +8,6 @@ why; an auditor cannot send. Screenshots go to var/artifacts."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from django.contrib.auth.models import Group
 from playwright.sync_api import expect
@@ -21,11 +18,9 @@ from broker.roles import OPERATOR as OPERATOR_ROLE
 from broker.services.clients import state_attributes
 from broker.services.sending import grant_sending
 from demo.scenario import load_scenario
-from tests.broker.agent_helpers import agent_url, wait_until_fleet_ready
-from tests.broker.tree_helpers import wait_until_idle
 from tests.browser.conftest import log_in, shot
 from tests.cast import AUDITOR, OPERATOR, create_member
-from tests.conftest import ROOT, environment_for_test_database, stop_process
+from tests.demo.fleets import fleet_running
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,20 +36,8 @@ def fleet(asgi_server, celery_worker):
     operators = Group.objects.get(name=OPERATOR_ROLE.name)
     for controller in scenario.controllers.values():
         grant_sending(client=controller, holder=operators, actor=Actor("test", "setup"))
-    wait_until_idle()
-    argv = [
-        sys.executable, str(ROOT / "manage.py"), "simulate_fleet", "--agents", str(SERVERS),
-        "--processes", "1", "--url", agent_url(asgi_server), "--load-interval", "3600",
-    ]  # fmt: skip
-    process = subprocess.Popen(
-        argv, env=environment_for_test_database(), cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        wait_until_fleet_ready(process, agents=SERVERS)
+    with fleet_running(asgi_server, agents=SERVERS, processes=1, load_interval_s=3600):
         yield scenario
-    finally:
-        stop_process(process)
-        wait_until_idle()
 
 
 # Made before the page: Playwright's sync API runs an event loop in this thread.

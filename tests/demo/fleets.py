@@ -1,8 +1,10 @@
-"""A simulated fleet of six scenario web servers against the test's console, as the
-fleet simulator's tests start it: the real agents or the light fleet."""
+"""A simulated fleet of the scenario's web servers against the test's console: six, as
+the fleet simulator's tests start it (the real agents or the light fleet), or any
+number in as many processes (`fleet_running`, which the browser tests use too)."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 
@@ -22,18 +24,29 @@ def running_fleet(asgi_server, *, signed: bool = False, light: bool = False):
     scenario = load_scenario(servers=SERVERS)
     if signed:
         ensure_signing_keys()
+    with fleet_running(asgi_server, agents=SERVERS, processes=2, load_interval_s=0.5, light=light):
+        yield scenario
+
+
+@contextlib.contextmanager
+def fleet_running(
+    asgi_server, *, agents: int, processes: int, load_interval_s: float, light: bool = False
+):
+    """While the block runs, `manage.py simulate_fleet` runs `agents` of the loaded
+    scenario's servers against the test's console, every one logged in; stopped, and
+    the tree idle, after."""
     wait_until_idle()
     argv = [
-        sys.executable, str(ROOT / "manage.py"), "simulate_fleet", "--agents", str(SERVERS),
-        "--processes", "2", "--url", agent_url(asgi_server), "--load-interval", "0.5",
-        *(["--light"] if light else []),
+        sys.executable, str(ROOT / "manage.py"), "simulate_fleet", "--agents", str(agents),
+        "--processes", str(processes), "--url", agent_url(asgi_server),
+        "--load-interval", str(load_interval_s), *(["--light"] if light else []),
     ]  # fmt: skip
     process = subprocess.Popen(
         argv, env=environment_for_test_database(), cwd=ROOT, stdout=subprocess.PIPE, text=True
     )
     try:
-        wait_until_fleet_ready(process, agents=SERVERS)
-        yield scenario
+        wait_until_fleet_ready(process, agents=agents)
+        yield
     finally:
         stop_process(process)
         wait_until_idle()
