@@ -20,6 +20,7 @@ import math
 import sys
 import threading
 import time
+from collections.abc import Coroutine
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -154,6 +155,14 @@ outages.quiet_uvicorn_about_outages()
 # here so that they are not collected before they finish (the event loop holds tasks
 # only weakly).
 _background: set[asyncio.Task] = set()
+
+
+def _in_background(work: Coroutine) -> asyncio.Task:
+    """Run `work` without waiting for it, held until it ends."""
+    task = asyncio.create_task(work)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    return task
 
 
 class SendsUntilClosed(AsyncWebsocketConsumer):
@@ -367,9 +376,7 @@ class AgentConsumer(SendsUntilClosed):
 
     def _close_unless_logged_in(self) -> None:
         if self.client is None:
-            task = asyncio.create_task(self.close(code=protocol.CLOSE_LOGIN_TIMEOUT))
-            _background.add(task)
-            task.add_done_callback(_background.discard)
+            _in_background(self.close(code=protocol.CLOSE_LOGIN_TIMEOUT))
 
     def _stop_login_deadline(self) -> None:
         if self.login_deadline is not None:
@@ -624,9 +631,7 @@ class AgentConsumer(SendsUntilClosed):
             except Exception:
                 logger.exception("recording the presence of client %s failed", client_id)
 
-        task = self.last_presence_write = asyncio.create_task(run())
-        _background.add(task)
-        task.add_done_callback(_background.discard)
+        self.last_presence_write = _in_background(run())
 
     # Channel-layer messages ---------------------------------------------------------
 

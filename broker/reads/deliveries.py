@@ -69,20 +69,14 @@ def stream_of(client: Client) -> ReceiverStream:
 
 
 def last_position_of(client: Client) -> int:
-    """The last position of the client's stream (0 if it never had a delivery). Read
-    at every login, without the ORM's cost of compiling the query."""
-    with prepared_cursor() as cursor:
-        cursor.execute(LAST_POSITION, [client.pk])
-        row = cursor.fetchone()
-    return row[0] if row else 0
-
-
-LAST_POSITION = f"SELECT last_position FROM {ReceiverStream._meta.db_table} WHERE client_id = %s"
+    """The last position of the client's stream (0 if it never had a delivery)."""
+    return last_positions_of([client])[client.pk]
 
 
 def last_positions_of(clients: list[Client]) -> dict[int, int]:
     """{client id: the last position of its stream (0 if it never had a delivery)}
-    for many clients in one statement (a fleet logging in)."""
+    for many clients in one statement (a fleet logging in), without the ORM's cost
+    of compiling the query."""
     ends = dict.fromkeys((client.pk for client in clients), 0)
     if ends:
         with prepared_cursor() as cursor:

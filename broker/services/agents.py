@@ -25,6 +25,7 @@ from broker.services.clients import (
     StatedValues,
     authenticate_clients,
     state_attributes_of_clients,
+    token_refused,
 )
 from broker.services.events import SenderSignature, publish_event
 from broker.services.policies import set_policy
@@ -79,7 +80,7 @@ def start_sessions(logins: list[Login], *, join: Join) -> list[OpenedSession | B
 
 
 def _refused_login(login: Login) -> AuthenticationFailed:
-    error = AuthenticationFailed("the token is unknown, revoked or expired")
+    error = token_refused()
     actor = Actor("agent", login.peer)
     audit.record_error(error, actor=actor, action="agent.login", target="agent-socket")
     return error

@@ -216,8 +216,13 @@ def authenticate_client(token: str) -> Client:
     AuthenticationFailed. The token is marked used."""
     (client,) = authenticate_clients([token])
     if client is None:
-        raise AuthenticationFailed("the token is unknown, revoked or expired")
+        raise token_refused()
     return client
+
+
+def token_refused() -> AuthenticationFailed:
+    """The refusal of a token that lets nobody in (it says no more than that)."""
+    return AuthenticationFailed("the token is unknown, revoked or expired")
 
 
 def authenticate_clients(tokens: list[str]) -> list[Client | None]:

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from broker.models import Client
 from broker.prepared import int_array, plan_once, prepared_cursor, text_array
-from broker.reads.deliveries import LAST_POSITION, last_position_of
+from broker.reads.deliveries import LAST_POSITIONS, last_position_of
 from tests.conftest import ROOT, environment_for_test_database
 
 pytestmark = pytest.mark.django_db
@@ -29,7 +29,7 @@ def prepared_statements() -> list[str]:
 
 def test_a_statement_run_through_a_prepared_cursor_is_prepared_at_its_first_run():
     last_position_of(SOME_CLIENT)
-    assert prepared_statements() == [LAST_POSITION.replace("%s", "$1")]
+    assert prepared_statements() == [LAST_POSITIONS.replace("%s", "$1")]
 
 
 def test_running_it_again_reuses_the_one_prepared_statement():
