@@ -65,6 +65,7 @@ ROUND_TIMEOUT_S = 60.0
 # How long the connected fleet is left idle before the rounds, to measure what it costs
 # (two heartbeats: AGENT_HEARTBEAT_S).
 IDLE_S = 60.0
+NO_AGENTS_S = 30.0
 OUTAGE_TIMEOUT_S = 120.0
 IIS = 'receiver.software == "IIS"'
 PUSH_LOG_KEY = "sn-bench:pushes"
@@ -426,6 +427,14 @@ def print_idle_cpu_per_agent(phases: Phases, agents: int) -> None:
     per_minute = server_bill(spent, wall_s / 60 * agents / 1000, scale=1.0, unit="CPU-s a minute")
     print(f"{'idle server CPU per 1,000 agents':>34}: {share:.2f} % of a core ({per_minute})",
           flush=True)  # fmt: skip
+    _, _, alone, alone_s = phases.rows[0]
+    beyond = {part: spent[part] - alone[part] * wall_s / alone_s for part in SERVER_PARTS}
+    server_alone = sum(alone[part] for part in SERVER_PARTS) / alone_s * 100
+    beyond_s = sum(beyond.values())
+    per_minute = server_bill(beyond, wall_s / 60 * agents / 1000, scale=1.0, unit="CPU-s a minute")
+    print(f"{'beyond the server without agents':>34}: {beyond_s / wall_s / agents * 1000 * 100:.2f}"
+          f" % of a core ({per_minute}); without agents the server spent"
+          f" {server_alone:.2f} % of a core", flush=True)  # fmt: skip
 
 
 def print_cpu_per_answered_delivery(phases: Phases) -> None:
@@ -536,6 +545,9 @@ def connect_fleet(args, env, console: Console, stats_dir):
         parts["fleet"].append(fleet.pid)  # all its CPU time is this phase's
         return fleet
 
+    # What the server spends with no agent at all (the beat's sweeps, the workers' and
+    # PostgreSQL's own upkeep): the idle figure per 1,000 agents is also given beyond it.
+    phases.measure(f"idle ({NO_AGENTS_S:g} s, no agents)", lambda: time.sleep(NO_AGENTS_S))
     started = time.monotonic()
     with maybe_profiled(args, console, "connect") as profiles:
         fleet = phases.measure("connect (login, advertise)", start)

@@ -53,6 +53,8 @@ FINAL_CLOSE_CODES = {4401, 4403, 4429}
 HANDSHAKE_TIMEOUT_S = 60.0
 # The server allows 50 frames a second: an answer refused for its rate waits a turn.
 RATE_WAIT_S = 0.1
+# As sn-agent: heartbeats at the interval the server's welcome asks for, up to this.
+HEARTBEAT_MAX_S = 300.0
 
 
 class Stopped(Exception):
@@ -168,7 +170,7 @@ class LightServer:
     def _welcomed(self, frame: dict) -> None:
         self.logged_in = True
         self.logged_in_at = self.logged_in_at or time.monotonic()
-        self.heartbeat_s = min(30.0, float(frame.get("heartbeat_s", 30)))
+        self.heartbeat_s = min(HEARTBEAT_MAX_S, float(frame.get("heartbeat_s", 30)))
         values = {**self.values, "load": self._load()}
         advertise = {"type": "advertise", "ref": "advertise", "values": values}
         self._send(advertise)
@@ -279,14 +281,20 @@ class LightServer:
     # While connected ----------------------------------------------------------------
 
     async def _heartbeats(self) -> None:
+        # The first at a random point of the interval, as the _drift's first report.
+        await asyncio.sleep(self.heartbeat_s * self.rng.uniform(0.0, 1.0))
         while True:
-            await asyncio.sleep(self.heartbeat_s)
             self._send({"type": "received", "ref": "hb", "position": self.position or 0})
+            await asyncio.sleep(self.heartbeat_s)
 
     async def _drift(self) -> None:
-        """The load moves (and the server is told) every load interval or so."""
+        """The load moves (and the server is told) every load interval or so: the first
+        time at a random point of the first interval, as in a fleet that has run for a
+        while (the reports spread evenly, not the first of them all a minute late)."""
+        wait_s = self.load_interval_s * self.rng.uniform(0.0, 1.0)
         while True:
-            await asyncio.sleep(self.load_interval_s * self.rng.uniform(0.5, 1.5))
+            await asyncio.sleep(wait_s)
+            wait_s = self.load_interval_s * self.rng.uniform(0.5, 1.5)
             load = self._load()
             if self.state == "running":
                 drifted = load + self.rng.uniform(-0.15, 0.15)
