@@ -168,8 +168,17 @@ class ConsoleConsumer(SendsUntilClosed, AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "watching", "topics": topics})
 
     async def console_changed(self, message: dict) -> None:
-        """An announcement of a watched topic."""
-        await self.send_json({"type": "changed", "topic": message["topic"]})
+        """Announcements of topics, as broker.push.to_consoles sends them: the topics of
+        every group that this page's process has pages in, of which this page tells
+        those it watches (or one topic alone, as an earlier version sends it during an upgrade)."""
+        if "topic" in message:
+            topics = [message["topic"]]
+        else:
+            topics = sorted(payload["topic"] for payload in message["groups"].values())
+        watching = getattr(self, "watching", set())
+        for topic in topics:
+            if topic in watching:
+                await self.send_json({"type": "changed", "topic": topic})
 
     async def clock_echo(self, message: dict) -> None:
         """Handle the message that made the round trip through the channel layer."""

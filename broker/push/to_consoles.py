@@ -13,6 +13,7 @@ Announcing is best effort: a failure is logged and never fails the change.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -170,6 +171,10 @@ async def _flush() -> None:
 
 
 async def _group_sends(topics: list[str]) -> None:
+    """Every topic's group told, in one round trip to Redis (an idle fleet's load
+    reports change a hundred clients a second at 10,000 agents: a group_send each was
+    8 % of an idle web process). A console process receives one message holding
+    the topics of all the groups its pages are in (ConsoleConsumer.console_changed)."""
+    payloads = {console_group(topic): {"topic": topic} for topic in topics}
     layer = get_channel_layer()
-    for topic in topics:
-        await layer.group_send(console_group(topic), {"type": MESSAGE_TYPE, "topic": topic})
+    await asyncio.to_thread(layer.group_send_each, payloads, message_type=MESSAGE_TYPE)

@@ -105,6 +105,28 @@ def test_a_watched_client_is_announced_when_an_officer_changes_it(asgi_server, c
     assert announced == set(topics)
 
 
+def test_pages_of_one_process_are_told_only_of_the_topics_each_watches(
+    asgi_server, client, operator
+):
+    from broker.push import to_consoles
+
+    headers = {"Cookie": logged_in_cookie(client, operator), "Origin": asgi_server}
+    url = socket_url(asgi_server)
+    with (
+        connect(url, additional_headers=headers) as one,
+        connect(url, additional_headers=headers) as other,
+    ):
+        for page, topic in ((one, "client.1"), (other, "client.2")):
+            page.send(json.dumps({"type": "watch", "topics": [topic]}))
+            assert json.loads(page.recv(timeout=10))["type"] == "watching"
+        # Both announced at once: their process receives one message for the two pages.
+        to_consoles.clients_changed([1, 2])
+        assert json.loads(one.recv(timeout=10))["topic"] == "client.1"
+        assert json.loads(other.recv(timeout=10))["topic"] == "client.2"
+        with pytest.raises(TimeoutError):
+            one.recv(timeout=1)
+
+
 def test_watching_something_else_is_refused_with_an_error(asgi_server, client, operator):
     headers = {"Cookie": logged_in_cookie(client, operator), "Origin": asgi_server}
     with connect(socket_url(asgi_server), additional_headers=headers) as ws:
