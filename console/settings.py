@@ -381,10 +381,13 @@ AGENT_LOGIN_TIMEOUT_S = env_int("AGENT_LOGIN_TIMEOUT_S", 10, minimum=1)
 # connection costs a socket's memory; the gate also admits no more than it can log in
 # within half the login time-out (broker.protocol.LoginGate).
 AGENT_LOGINS_AT_ONCE = env_int("AGENT_LOGINS_AT_ONCE", 5000, minimum=1)
-# How long a web process gathers its agents' attribute updates and presence before it
-# writes them (broker.consumers): at a few a second per process each was a transaction
-# of its own; gathered, a write carries dozens. Nobody waits on them.
-AGENT_REPORTS_GATHER_MS = env_int("AGENT_REPORTS_GATHER_MS", 200, minimum=0)
+# How long a web process gathers its agents' attribute updates, heartbeats and presence
+# before it writes them (broker.consumers): at a few a second per process each was a
+# transaction of its own; gathered, a write carries dozens. Nobody waits on them but
+# the agent for its answer (its time-out is 30 s). Each gathered write has a cost of its
+# own (a thread's turn, a statement, a commit): with an idle fleet's heartbeats spread
+# evenly, 1 s instead of 0.2 cut the server's idle CPU at 2,000 agents by 29 %.
+AGENT_REPORTS_GATHER_MS = env_int("AGENT_REPORTS_GATHER_MS", 1000, minimum=0)
 # Agents confirm what they have at least this often when idle (their heartbeat). Each
 # costs the server a frame each way and a statement: with 10,000 idle agents at 10 s, as
 # much CPU as a round of deliveries. A session not heard from for three of them is

@@ -338,7 +338,8 @@ def command_test(args: argparse.Namespace) -> int:
         # In one process: each test of the full tier runs a whole stack (tree worker,
         # web, Spark) and allows it the time it takes on a machine doing nothing else;
         # two stacks on two cores miss those times (measured: 2 to 8 failures a run).
-        full_args = ["-n", "0", *within_tier(args.pytest_args, FULL_TIER)]
+        # The slowest listed: the full tier has a budget (under 15 minutes with the fast).
+        full_args = ["-n", "0", "--durations=25", *within_tier(args.pytest_args, FULL_TIER)]
         codes = [pytest_run(fast_args, dict(os.environ)), pytest_run(full_args, dict(os.environ))]
     ran = [code for code in codes if code != PYTEST_NO_TESTS_COLLECTED]
     if not ran:
