@@ -631,12 +631,14 @@ def test_heartbeat_answers_with_the_server_time(asgi_server, cast):
 
 def test_an_idle_session_outlives_the_channel_layers_blocking_read(asgi_server, cast):
     # The layer blocks 5 s per read on an idle channel; a Redis client timing out at
-    # the same moment used to kill every idle agent's consumer.
+    # the same moment used to kill every idle agent's consumer. The agent heartbeats as
+    # asked (every AGENT_HEARTBEAT_S, 2 s here: silent for 3 of them, it is closed).
     with connect(agent_url(asgi_server)) as ws:
         logged_in(ws, cast["server"])
-        time.sleep(6.5)
-        ws.send('{"type": "heartbeat", "ref": "still"}')
-        assert json.loads(ws.recv(timeout=10))["ref"] == "still"
+        for beat in range(4):  # 6.8 s with nothing on its channel
+            time.sleep(1.7)
+            ws.send(json.dumps({"type": "heartbeat", "ref": beat}))
+            assert json.loads(ws.recv(timeout=10))["ref"] == beat
 
 
 def test_the_health_check_answers_while_agents_are_listening(asgi_server, cast):
