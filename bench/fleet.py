@@ -445,10 +445,16 @@ def print_cpu_per_answered_delivery(phases: Phases) -> None:
     answered = Delivery.objects.filter(
         state__in=("acked", "failed"), event__content__bench__in=["alert", "command"]
     ).count()
-    _, _, spent, _ = phases.rows[-1]
+    _, _, spent, wall_s = phases.rows[-1]
     per = max(answered, 1)
     print(f"{'server CPU per answered delivery':>34}: {server_bill(spent, per)}"
           f" over {answered} answered", flush=True)  # fmt: skip
+    # The connected fleet's heartbeats and load reports go on during the rounds: what
+    # the deliveries cost is what the server spent beyond its idle rate (the phase
+    # before), as the idle figure is given beyond the server without agents.
+    _, _, idle, idle_s = phases.rows[-2]
+    beyond = {part: spent[part] - idle[part] * wall_s / idle_s for part in SERVER_PARTS}
+    print(f"{'beyond the idle fleet':>34}: {server_bill(beyond, per)}", flush=True)
     print(f"{'fleet CPU per answered delivery':>34}: {spent['fleet'] * 1000 / per:.3f} ms"
           " (the simulator's)", flush=True)  # fmt: skip
 
