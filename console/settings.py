@@ -386,7 +386,7 @@ AGENT_LOGINS_AT_ONCE = env_int("AGENT_LOGINS_AT_ONCE", 5000, minimum=1)
 # transaction of its own; gathered, a write carries dozens. Nobody waits on them but
 # the agent for its answer (its time-out is 30 s). Each gathered write has a cost of its
 # own (a thread's turn, a statement, a commit): with an idle fleet's heartbeats spread
-# evenly, 1 s instead of 0.2 cut the server's idle CPU at 2,000 agents by 29 %.
+# evenly, 2,000 agents cost 11.4 and 14.5 % of a core per 1,000 at 1 s, 16.1 at 0.2 s.
 AGENT_REPORTS_GATHER_MS = env_int("AGENT_REPORTS_GATHER_MS", 1000, minimum=0)
 # Agents confirm what they have at least this often when idle (their heartbeat). Each
 # costs the server a frame each way and a statement: with 10,000 idle agents at 10 s, as
