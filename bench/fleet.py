@@ -291,7 +291,7 @@ def run(args, env: dict[str, str]) -> None:
     os.environ.update(env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     django.setup()
-    from broker.models import Client
+    from broker.models import Client, Dispatcher
     from demo.scenario import load_scenario
 
     started = time.monotonic()
@@ -305,8 +305,10 @@ def run(args, env: dict[str, str]) -> None:
         wait_for_tree_idle(timeout_s=300)
         idle_rss = rss_bytes([p.pid for p in console.web])
         fleet, phases, logged_in, profiles = connect_fleet(args, env, console, stats_dir)
+        leaves = Dispatcher.objects.filter(is_leaf=True).count()
         print_memory_per_agent(console, idle_rss, args.agents)
-        wait_for_tree_idle(timeout_s=300)
+        # Settled, not idle: the fleet's load reports keep a pass per leaf coming.
+        wait_for_tree_idle(timeout_s=300, at_most=leaves)
         with maybe_profiled(args, console, "idle") as more:
             phases.measure(f"idle ({IDLE_S:g} s, connected)", lambda: time.sleep(IDLE_S))
         profiles += more
