@@ -162,6 +162,8 @@ class Supervisor:
     services: list[WatchedService] = field(default_factory=list)
     stopping: threading.Event = field(default_factory=threading.Event)
     max_delay_s: float = MAX_DELAY_S
+    # Set by the signal handlers, which must take no lock (`note_signal`).
+    signalled: bool = False
 
     def start(
         self, name: str, argv: list[str], env: dict[str, str], *, pass_fds: tuple[int, ...] = ()
@@ -195,19 +197,33 @@ class Supervisor:
         return process, pump
 
     def install_signal_handlers(self) -> None:
+        """Ctrl-C and SIGTERM ask the run to stop (`wait` returns)."""
         for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: self.stopping.set())
+            signal.signal(signum, self.note_signal)
+
+    def note_signal(self, *_) -> None:
+        """The signal handler. It only notes the signal: a handler runs between two
+        steps of the main thread, which may be inside `stopping.wait` holding the
+        Event's lock right then, and setting the Event there would wait for that lock
+        for ever (a SIGTERM that came at that moment left `./run` hanging)."""
+        self.signalled = True
 
     def wait(self) -> None:
         """Supervise until asked to stop (Ctrl-C, SIGTERM): restart children and
         services that die. Nothing is started once stopping is set."""
-        while not self.stopping.wait(CHILD_CHECK_S):
+        while not self._asked_to_stop():
+            self.stopping.wait(CHILD_CHECK_S)
             for watched in self.services:
                 self._tend_service(watched)
             for child in self.children:
-                if self.stopping.is_set():
+                if self._asked_to_stop():
                     return
                 self._tend_child(child)
+
+    def _asked_to_stop(self) -> bool:
+        if self.signalled:
+            self.stopping.set()
+        return self.stopping.is_set()
 
     def _tend_child(self, child: Child) -> None:
         if child.restart_at is None and not child.alive():

@@ -8,13 +8,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from launcher.embedded import process_alive
-from launcher.supervisor import STABLE_AFTER_S, Backoff
+from launcher.supervisor import STABLE_AFTER_S, Backoff, Supervisor
 from tests.launcher.process_output import ProcessOutput
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,3 +130,31 @@ def test_backoff_starts_over_after_staying_up_a_while_but_not_after_failed_start
     backoff.up_since -= STABLE_AFTER_S  # it has been up that long
     assert backoff.take() == 1.0
     assert backoff.take() == 2.0  # no start in between: the delay keeps growing
+
+
+def test_a_signal_that_comes_while_the_wait_holds_its_lock_neither_blocks_nor_is_lost():
+    supervisor = Supervisor()
+    handled = threading.Event()
+
+    def signal_inside_the_wait() -> None:
+        # As a handler runs when the signal finds the main thread inside
+        # `stopping.wait`, holding the Event's (not reentrant) lock.
+        with supervisor.stopping._cond:
+            supervisor.note_signal(signal.SIGTERM, None)
+        handled.set()
+
+    threading.Thread(target=signal_inside_the_wait, daemon=True).start()
+    assert handled.wait(5), "the handler waited for a lock its own thread held"
+    started = time.monotonic()
+    supervisor.wait()
+    assert supervisor.stopping.is_set() and time.monotonic() - started < 2
+
+
+def test_a_storm_of_sigterms_stops_the_run_and_its_children(drive):
+    output = drive(("sleeper", SLEEPS))
+    child = pid_of(output, STARTED.format("sleeper"))
+    for _ in range(200):
+        output.process.send_signal(signal.SIGTERM)
+    output.wait_for(r"\[driver\] stopped", timeout_s=15)
+    assert output.process.wait(timeout=15) == 0
+    assert not process_alive(child)
