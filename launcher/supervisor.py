@@ -211,8 +211,10 @@ class Supervisor:
     def wait(self) -> None:
         """Supervise until asked to stop (Ctrl-C, SIGTERM): restart children and
         services that die. Nothing is started once stopping is set."""
-        while not self._asked_to_stop():
-            self.stopping.wait(CHILD_CHECK_S)
+        while True:
+            self.stopping.wait(CHILD_CHECK_S)  # a signal does not wake it: it only notes
+            if self._asked_to_stop():
+                return
             for watched in self.services:
                 self._tend_service(watched)
             for child in self.children:
