@@ -430,13 +430,19 @@ def print_idle_cpu_per_agent(phases: Phases, agents: int) -> None:
     print(f"{'idle server CPU per 1,000 agents':>34}: {share:.2f} % of a core ({per_minute})",
           flush=True)  # fmt: skip
     _, _, alone, alone_s = phases.rows[0]
-    beyond = {part: spent[part] - alone[part] * wall_s / alone_s for part in SERVER_PARTS}
+    beyond = beyond_rate(spent, wall_s, alone, alone_s)
     server_alone = sum(alone[part] for part in SERVER_PARTS) / alone_s * 100
     beyond_s = sum(beyond.values())
     per_minute = server_bill(beyond, wall_s / 60 * agents / 1000, scale=1.0, unit="CPU-s a minute")
     print(f"{'beyond the server without agents':>34}: {beyond_s / wall_s / agents * 1000 * 100:.2f}"
           f" % of a core ({per_minute}); without agents the server spent"
           f" {server_alone:.2f} % of a core", flush=True)  # fmt: skip
+
+
+def beyond_rate(spent: dict, wall_s: float, base: dict, base_s: float) -> dict[str, float]:
+    """Each server part's CPU seconds in `spent` (over `wall_s`) beyond what it spends
+    at the rate of another phase (`base` over `base_s`)."""
+    return {part: spent[part] - base[part] * wall_s / base_s for part in SERVER_PARTS}
 
 
 def print_cpu_per_answered_delivery(phases: Phases) -> None:
@@ -455,7 +461,7 @@ def print_cpu_per_answered_delivery(phases: Phases) -> None:
     # the deliveries cost is what the server spent beyond its idle rate (the phase
     # before), as the idle figure is given beyond the server without agents.
     _, _, idle, idle_s = phases.rows[-2]
-    beyond = {part: spent[part] - idle[part] * wall_s / idle_s for part in SERVER_PARTS}
+    beyond = beyond_rate(spent, wall_s, idle, idle_s)
     print(f"{'beyond the idle fleet':>34}: {server_bill(beyond, per)}", flush=True)
     print(f"{'fleet CPU per answered delivery':>34}: {spent['fleet'] * 1000 / per:.3f} ms"
           " (the simulator's)", flush=True)  # fmt: skip

@@ -170,7 +170,8 @@ class ConsoleConsumer(SendsUntilClosed, AsyncJsonWebsocketConsumer):
     async def console_changed(self, message: dict) -> None:
         """Announcements of topics, as broker.push.to_consoles sends them: the topics of
         every group that this page's process has pages in, of which this page tells
-        those it watches (or one topic alone, as an earlier version sends it during an upgrade)."""
+        those it watches (or one topic alone, as an earlier version sends it during an
+        upgrade)."""
         if "topic" in message:
             topics = [message["topic"]]
         else:

@@ -330,24 +330,25 @@ def _locked_summary_row(dispatcher_id: int) -> DispatcherSummary | None:
     return stored if stored.version > 0 else None
 
 
-# {dispatcher id: ((version, updated at, vocabulary), its summary)}: the stored summary
-# this process last read of each dispatcher. A leaf takes its clients' changes in every
-# second under a fleet's load reports, and reading its stored summary's JSON again each
-# time (Django decodes it, then Summary parses it) was a seventh of an idle tree worker.
-_parsed: dict[int, tuple[tuple, Summary]] = {}
+# {dispatcher id: (row's version, its updated_at, vocabulary, the summary parsed)}: the
+# stored summary this process last read of each dispatcher. A leaf takes its clients'
+# changes in every second under a fleet's load reports, and reading its stored summary's
+# JSON again each time (Django decodes it, then Summary parses it) was a seventh of an
+# idle tree worker.
+_parsed: dict[int, tuple] = {}
 
 
 def _stored_summary(stored: DispatcherSummary) -> Summary:
     """The summary of the locked row `stored` (read without its data), parsed once per
-    version of the row and vocabulary."""
+    version of the row and vocabulary (equal vocabularies parse it alike)."""
     words = vocabulary()
     read_as = (stored.version, stored.updated_at, words)
     cached = _parsed.get(stored.pk)
-    if cached is not None and cached[0][:2] == read_as[:2] and cached[0][2] is words:
-        return cached[1]
+    if cached is not None and cached[:3] == read_as:
+        return cached[3]
     data = DispatcherSummary.objects.filter(pk=stored.pk).values_list("data", flat=True).get()
     summary = Summary.from_json(data, words)
-    _parsed[stored.pk] = (read_as, summary)
+    _parsed[stored.pk] = (*read_as, summary)
     return summary
 
 
