@@ -553,7 +553,8 @@ def connect_fleet(args, env, console: Console, stats_dir):
 
     def start():
         fleet = start_fleet(
-            env, port=PORT, agents=args.agents, processes=args.processes, load_interval_s=60,
+            env, port=PORT, agents=args.agents, processes=args.processes,
+            load_interval_s=args.load_interval_s,
             stats_dir=stats_dir, reports=reports, light=args.fleet == "light",
         )  # fmt: skip
         parts["fleet"].append(fleet.pid)  # all its CPU time is this phase's
@@ -640,6 +641,11 @@ def main() -> None:
         "--fleet", choices=("light", "agents"), default="light",
         help="the light fleet (the protocol only: the server's cost, measured apart) or the "
         "real agents (sn-agent's service, a journal on disk and a process per action)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--load-interval-s", type=float, default=60.0,
+        help="how often each agent's load moves and is stated (an `update`), on average; "
+        "3600 leaves the idle minute to the heartbeats, to tell the two costs apart",
     )  # fmt: skip
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
     parser.add_argument("--rounds", type=int, default=5)

@@ -8,6 +8,7 @@ transaction is rolled back because of it.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Iterator, Mapping
@@ -21,6 +22,7 @@ from django.utils import timezone
 from broker.errors import BrokerError, NotAuthorised
 from broker.inputs import printable_text
 from broker.models import AuditEntry
+from broker.prepared import prepared_cursor, text_array
 from policies.explain import admits_sender
 from policies.filters import Filter
 
@@ -90,16 +92,31 @@ class Change:
     details: dict
 
 
+# Many changes' entries in one statement, in their order. Built by hand, not with
+# bulk_create: an agents' load reports are a change each, and the ORM's per-object work
+# was a tenth of an idle web process.
+RECORD_CHANGES = f"""
+INSERT INTO {AuditEntry._meta.db_table} (at, actor, action, target, outcome, reason, details)
+SELECT %(at)s, i.actor, i.action, i.target, '{AuditEntry.Outcome.DONE}', '', i.details
+FROM unnest(%(actors)s::text[], %(actions)s::text[], %(targets)s::text[],
+            %(details)s::jsonb[]) WITH ORDINALITY AS i(actor, action, target, details, n)
+ORDER BY i.n
+"""
+
+
 def record_changes(changes: list[Change]) -> None:
     """`record_change` for many changes, in one statement."""
-    at = timezone.now()
-    AuditEntry.objects.bulk_create(
-        AuditEntry(
-            at=at, actor=str(change.actor), action=change.action, target=change.target,
-            outcome=AuditEntry.Outcome.DONE, details=change.details,
-        )
-        for change in changes
-    )  # fmt: skip
+    if not changes:
+        return
+    parameters = {
+        "at": timezone.now(),
+        "actors": text_array(str(change.actor) for change in changes),
+        "actions": text_array(change.action for change in changes),
+        "targets": text_array(change.target for change in changes),
+        "details": text_array(json.dumps(change.details) for change in changes),
+    }
+    with prepared_cursor() as cursor:
+        cursor.execute(RECORD_CHANGES, parameters)
 
 
 def listed(names: list[str], *, total: int | None = None) -> dict:

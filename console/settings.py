@@ -390,9 +390,12 @@ AGENT_LOGINS_AT_ONCE = env_int("AGENT_LOGINS_AT_ONCE", 5000, minimum=1)
 AGENT_REPORTS_GATHER_MS = env_int("AGENT_REPORTS_GATHER_MS", 1000, minimum=0)
 # Agents confirm what they have at least this often when idle (their heartbeat). Each
 # costs the server a frame each way and a statement: with 10,000 idle agents at 10 s, as
-# much CPU as a round of deliveries. A session not heard from for three of them is
-# closed (broker.protocol.SilenceWatch): the web server sends no pings of its own.
-AGENT_HEARTBEAT_S = env_int("AGENT_HEARTBEAT_S", 30, minimum=1)
+# much CPU as a round of deliveries; the idle bill's heartbeats scale with its inverse.
+# A session not heard from for three of them is closed (broker.protocol.SilenceWatch):
+# the web server sends no pings of its own. Under a minute, so that a proxy or load
+# balancer with the common 60-s idle time-out in front of the web processes never
+# closes an idle agent's connection.
+AGENT_HEARTBEAT_S = env_int("AGENT_HEARTBEAT_S", 50, minimum=1)
 # An agent that confirms the same position, short of its stream's end, for this long is
 # sent the rest again (docs/protocol.md, "The delivery contract").
 AGENT_REDELIVER_AFTER_S = env_int("AGENT_REDELIVER_AFTER_S", 5, minimum=1)
@@ -402,7 +405,7 @@ SEND_CONFIRM_ABOVE = env_int("SEND_CONFIRM_ABOVE", 25, minimum=0)
 # A session's "last seen" is written at most this often (a fleet of 100,000 heartbeating
 # every AGENT_HEARTBEAT_S would otherwise write thousands of rows a second); a client
 # not seen for three times this long counts as disconnected (broker.reads.presence).
-PRESENCE_REFRESH_S = env_int("PRESENCE_REFRESH_S", 30, minimum=1)
+PRESENCE_REFRESH_S = env_int("PRESENCE_REFRESH_S", 50, minimum=1)
 if AGENT_HEARTBEAT_S >= 2 * PRESENCE_REFRESH_S:
     # Idle agents would be seen too rarely to stay within the 3x window.
     raise ConfigurationError(

@@ -40,9 +40,9 @@ RECEIPT_DELAY_S = 0.2
 # A gap in the positions (a later delivery came first) may be a push still on its way
 # from another worker; after this long it is asked for again.
 GAP_WAIT_S = 1.0
-# How often an idle session confirms (which is also its heartbeat), unless the server's
-# welcome asks for more often.
-HEARTBEAT_MAX_S = 30.0
+# How often an idle session confirms (which is also its heartbeat): as the server's
+# welcome asks (`heartbeat_s`), but never less often than this.
+HEARTBEAT_MAX_S = 300.0
 CLOSE_CONFIRM_TIMEOUT_S = 2.0
 # How long a login whose socket closed waits for the reader to say why it closed.
 CLOSE_READ_S = 1.0
