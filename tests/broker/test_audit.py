@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from broker.audit import Actor, record_refusal, refusals_recorded
+from broker.audit import Actor, Change, record_changes, record_refusal, refusals_recorded
 from broker.errors import InvalidInput
 from broker.models import AuditEntry
 from tests.broker.failing_database import inserts_refused
@@ -45,3 +45,18 @@ def test_when_the_audit_write_fails_the_refusal_still_stands_and_is_logged(caplo
     assert refused.value.field == "token"
     assert "AUDIT ENTRY LOST" in caplog.text and "agent.login" in caplog.text
     assert not AuditEntry.objects.exists()
+
+
+def test_changes_recorded_together_keep_their_order_and_every_character():
+    odd = 'quote " backslash \\ braces {a,b} comma, NULL "NULL" é 漢 🛡'
+    changes = [
+        Change(Actor("client", f"web-{n} {odd}"), "attributes.state", f"client:{odd}",
+               {"values": {"note": odd, odd: [n, 2**70, 0.1, None, True]}})
+        for n in range(3)
+    ]  # fmt: skip
+    record_changes(changes)
+    stored = list(AuditEntry.objects.order_by("pk"))
+    assert [(e.actor, e.target, e.details, e.outcome) for e in stored] == [
+        (str(c.actor), c.target, c.details, AuditEntry.Outcome.DONE) for c in changes
+    ]
+    assert len({e.at for e in stored}) == 1 and all(e.reason == "" for e in stored)

@@ -3,9 +3,12 @@ arrive in the order a real fault produces (some held up upstream, later ones fir
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from broker import audit
 from broker.audit import Actor
@@ -15,10 +18,10 @@ from broker.dispatch.entry import clients_changed
 from broker.dispatch.routed import live_events
 from broker.dispatch.steps import DOWN, apply_client_changes, recompute_summaries, route
 from broker.dispatch.summary import Summary
-from broker.models import AuditEntry, Client, Delivery, DispatcherSummary
+from broker.models import AttributeValue, AuditEntry, Client, Delivery, DispatcherSummary
 from broker.push import to_agents
 from broker.reads.clients import current_attributes
-from broker.services.clients import state_attributes
+from broker.services.clients import set_clients_active, state_attributes
 from broker.services.events import publish_event
 from broker.services.policies import set_policy
 from broker.vocabulary import vocabulary
@@ -443,3 +446,28 @@ def test_a_change_the_stored_summary_covers_is_not_summarised_over_the_whole_lea
     apply_client_changes(leaf)
     assert whole_leaf == [1]
     assert stored_summary(leaf).may_select(vocabulary().selector("load == 0.987"))
+
+
+def test_a_leaf_holds_each_active_receiver_with_its_live_values_and_newest_policy(
+    tree_left_alone,
+):
+    scenario = load_scenario(servers=12)
+    leaf_id = scenario.servers[0].dispatcher_id
+    here = list(Client.objects.filter(dispatcher_id=leaf_id, can_receive=True).order_by("pk"))
+    odd = 'a "quoted" \\ back-slashed, {braced} NULL é 漢 🛡'
+    state_attributes(client=here[0], values={"hostname": odd}, actor=ISSUER)
+    set_clients_active(clients=here[1:2], active=False, actor=ISSUER)
+    # An attested value that expired a moment ago (its expiry not yet announced).
+    expired = AttributeValue.objects.filter(client=here[2], name="region").update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert expired == 1
+    held = dispatch_state.LeafState(leaf_id)
+    assert held.held_as(here[0].pk)[0]["hostname"] == odd
+    assert held.held_as(here[1].pk) is None  # inactive: no receiver
+    assert "region" not in held.held_as(here[2].pk)[0]
+    for client in [here[0], *here[2:]]:
+        attributes, policy = held.held_as(client.pk)
+        assert attributes == current_attributes(client)
+        newest = client.policy_versions.order_by("-version").first()
+        assert policy == vocabulary().stored_policy(newest.canonical_text)
