@@ -311,6 +311,8 @@ def _store_if_grown(
         fresh = compute()
         if kept is not None and kept.covers(fresh):
             return []
+        if kept is not None:
+            fresh = fresh.with_moved_numbers_as_ranges(kept)
         version = _save_summary(dispatcher_id, fresh, stored)
     parent = dispatch_state.topology(dispatcher_id).parent[dispatcher_id]
     return [] if parent is None else [SummaryHop(parent, dispatcher_id, version)]

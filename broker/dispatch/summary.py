@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from broker.vocabulary import Vocabulary
@@ -73,6 +73,15 @@ class AttributeSummary:
             self.values.update(other.values)
             if len(self.values) > MAX_DISTINCT_VALUES:
                 self.values = None
+
+    def lists_numbers_beyond(self, other: AttributeSummary | None) -> bool:
+        """Whether this lists only numbers, some of them not listed by `other` (which
+        lists nothing, or lacks the attribute): a measured value that moved."""
+        if not self.values or not all(map(_is_number, self.values.values())):
+            return False
+        return (
+            other is None or other.values is None or not self.values.keys() <= other.values.keys()
+        )
 
     def may_hold(self, constraint) -> bool:
         """May the constraint hold on some receiver that has this attribute?"""
@@ -145,6 +154,21 @@ class Summary:
             filters.update(part.policy_filters)
         summary.policy_filters, summary.replaced = _coagulated(filters)
         return summary
+
+    def with_moved_numbers_as_ranges(self, kept: Summary) -> Summary:
+        """This summary, but an attribute that lists numbers `kept` did not list as its
+        range alone: a summary that grows because a measured value moved (a load in a
+        subtree small enough to list its values) then covers the next values within
+        its range instead of growing, a new version and a parent's refresh, at every
+        report; the periodic recomputation lists them exactly again. Wider than this
+        summary, never narrower: it lets through all that this one does."""
+        attributes = {
+            name: AttributeSummary(attribute.present, None, attribute.low, attribute.high)
+            if attribute.lists_numbers_beyond(kept.attributes.get(name))
+            else attribute
+            for name, attribute in self.attributes.items()
+        }
+        return replace(self, attributes=attributes)
 
     def may_accept(self, sender: Mapping[str, Any], content: Mapping[str, Any]) -> bool:
         return any(f.accepts(sender, content) for f in self.policy_filters)

@@ -7,7 +7,8 @@ from broker.dispatch import state as dispatch_state
 from broker.dispatch import steps
 from broker.dispatch.summary import Summary
 from broker.dispatch.transport import RouteHop
-from broker.models import Dispatcher
+from broker.models import Dispatcher, DispatcherSummary
+from broker.services.clients import state_attributes
 from broker.services.events import publish_event
 from broker.vocabulary import vocabulary
 from demo.scenario import WEB_SERVER_POLICY, load_scenario
@@ -94,3 +95,38 @@ def test_a_refresh_for_a_version_no_longer_kept_resends_all_the_child_may_match(
     hops = steps.refresh_summary(parent, child, first)
     (resent,) = [hop for hop in hops if isinstance(hop, RouteHop)]
     assert [wire["id"] for wire in resent.events] == [str(commands[0].pk)]
+
+
+def test_a_grown_summary_keeps_a_moved_number_as_its_range_and_lists_the_rest(commands):
+    kept = summary_of(IIS, {**IIS, "load": 0.5})
+    moved = summary_of({**IIS, "load": 0.2}, {**IIS, "load": 0.7, "software": "nginx"})
+    stored = moved.with_moved_numbers_as_ranges(kept)
+    assert stored.covers(moved) and not kept.covers(moved)
+    load = stored.attributes["load"]
+    assert (load.values, load.low, load.high) == (None, 0.2, 0.7)
+    assert stored.attributes["software"].values == moved.attributes["software"].values
+    # The next values within the range are covered: no growth at every report.
+    assert stored.covers(summary_of({**IIS, "load": 0.31}, {**IIS, "load": 0.69}))
+    assert not stored.covers(summary_of({**IIS, "load": 0.9}))
+
+
+def test_a_leaf_whose_loads_move_within_their_range_stores_no_new_summary(tree_left_alone):
+    scenario = load_scenario(servers=8)
+    leaf_id = scenario.servers[0].dispatcher_id
+    here = [s for s in scenario.servers if s.dispatcher_id == leaf_id]
+    assert len(here) >= 2
+
+    def loads(*values: float) -> int:
+        for server, value in zip(here, values, strict=False):
+            state_attributes(client=server, values={"load": value}, actor=ISSUER)
+        steps.post_hops(steps.apply_client_changes(leaf_id))
+        return DispatcherSummary.objects.get(pk=leaf_id).version
+
+    dispatch_state.topology(leaf_id)  # the shape of this test's tree, not an earlier one's
+    steps.post_hops(steps.recompute_summaries())
+    exact = DispatcherSummary.objects.get(pk=leaf_id).version
+    grown = loads(0.05, 0.95)  # beyond the exact listing: grows, once
+    assert grown == exact + 1
+    assert [loads(0.3 + n / 100, 0.6 - n / 100) for n in range(5)] == [grown] * 5
+    assert loads(0.99) == grown + 1  # beyond the range: grows again
+    dispatch_state.forget_leaf(leaf_id)
