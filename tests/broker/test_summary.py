@@ -94,6 +94,18 @@ def test_covering_means_letting_through_everything_the_other_does(world, case):
 
 
 @PROPERTY
+@given(worlds(groups=2), selector_cases(depth=2))
+def test_a_summary_grown_with_moved_numbers_as_ranges_lets_through_all_it_grew_to(world, case):
+    words, (kept_receivers, grown_receivers) = world
+    selector = parse_selector(case[0])
+    kept, grown = Summary.of_receivers(kept_receivers), Summary.of_receivers(grown_receivers)
+    stored = round_tripped(grown.with_moved_numbers_as_ranges(kept), words)
+    assert stored.covers(grown)
+    if any(selector.selects(attributes) for attributes, _ in grown_receivers):
+        assert stored.may_select(selector)
+
+
+@PROPERTY
 @given(
     worlds(groups=2),
     attribute_maps(SENDER_NAMES).map(json_safe),
