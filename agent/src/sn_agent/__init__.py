@@ -4,4 +4,4 @@
 managed server runs (`sn-agent run --config FILE`). Nothing here imports the server.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.2.1"
