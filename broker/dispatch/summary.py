@@ -163,7 +163,7 @@ class Summary:
         report; the periodic recomputation lists them exactly again. Wider than this
         summary, never narrower: it lets through all that this one does."""
         attributes = {
-            name: AttributeSummary(attribute.present, None, attribute.low, attribute.high)
+            name: replace(attribute, values=None)
             if attribute.lists_numbers_beyond(kept.attributes.get(name))
             else attribute
             for name, attribute in self.attributes.items()
