@@ -223,6 +223,10 @@ def publish_over_accepted_and_exact_events(scenario, exact, kept) -> None:
 
 
 def test_a_summary_stored_before_figures_were_kept_gets_them_at_the_next_recompute(scenario):
+    # Exact summaries first: one that grew while the scenario loaded may keep a moved
+    # number as a range, which a recomputation lists exactly again in a new version.
+    current_app.send_task("broker.recompute_summaries")
+    wait_until_idle()
     DispatcherSummary.objects.update(filters=None, constraints=None, exact_filters=None)
     assert all(node.summary.filters is None for node in figures_now().nodes)
     versions = dict(DispatcherSummary.objects.values_list("dispatcher_id", "version"))
