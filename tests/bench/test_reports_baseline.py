@@ -25,11 +25,11 @@ from reports.dataset import batches
 from reports.jobs import KINDS, job
 from reports.results import Params, Result
 from reports.runner import keep_dataset
+from tests.reports.compare import differences
 from tests.reports.incident import INCIDENT_MARKS, Incident
 
 pytestmark = INCIDENT_MARKS
 
-TOLERANCE = 1e-9
 LONG_AGO = datetime(2000, 1, 1, tzinfo=UTC)
 
 
@@ -89,33 +89,3 @@ def versions_per_delivery(incident: Incident) -> float:
 
 def rows(result: Result) -> int:
     return sum(len(section) for section in result.sections.values())
-
-
-def differences(spark: Result, duck: Result) -> list[str]:
-    """What differs, in words: the summary, and each section row by row."""
-    found = []
-    if not same(spark.summary, duck.summary):
-        found.append(f"summary: Spark {spark.summary} | baseline {duck.summary}")
-    for name in sorted(spark.sections.keys() | duck.sections.keys()):
-        ours, theirs = spark.sections.get(name, []), duck.sections.get(name, [])
-        if len(ours) != len(theirs):
-            found.append(f"{name}: Spark {len(ours)} rows | baseline {len(theirs)}")
-        found += [
-            f"{name}[{index}]: Spark {row} | baseline {other}"
-            for index, (row, other) in enumerate(zip(ours, theirs, strict=False))
-            if not same(row, other)
-        ]
-    return found
-
-
-def same(value, other) -> bool:
-    """Equal; floats to TOLERANCE, in dicts and lists too."""
-    if isinstance(value, dict) and isinstance(other, dict):
-        return value.keys() == other.keys() and all(same(value[k], other[k]) for k in value)
-    if isinstance(value, list | tuple) and isinstance(other, list | tuple):
-        return len(value) == len(other) and all(map(same, value, other))
-    if isinstance(value, float) or isinstance(other, float):
-        if value is None or other is None:
-            return value is other
-        return math.isclose(value, other, rel_tol=TOLERANCE, abs_tol=TOLERANCE)
-    return value == other

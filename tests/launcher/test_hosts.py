@@ -23,6 +23,7 @@ import psycopg
 import pytest
 import redis
 
+from reports.results import Result
 from tests.broker.agent_helpers import wait_for
 from tests.conftest import ROOT, free_port
 from tests.launcher.hosts import (
@@ -32,6 +33,7 @@ from tests.launcher.hosts import (
     redis_on_tcp,
     spark_cluster,
 )
+from tests.reports.compare import differences
 
 SERVERS = 40
 TAKEOVER_WITHIN_S = 10.0
@@ -341,7 +343,9 @@ def play_the_worm_scenario(deployment: Deployment, national: Sender, northwest: 
 
 def reports_on_the_cluster_equal_local_ones(deployment: Deployment, *, spark_master: str):
     """The reach report of the last hour, run by the reports host on the cluster, then
-    again over the same window by a process of its own with a local Spark: the same
+    computed again over the same window and dataset by the single-process baseline
+    (bench/reports_baseline.py: the job's algorithm on DuckDB, which
+    tests/bench/test_reports_baseline.py holds to every Spark job's figures): the same
     figures. (One report: each costs a Spark job on a machine the whole deployment
     shares; tests/reports check every report's figures.)"""
     queued = time.monotonic()
@@ -354,10 +358,9 @@ def reports_on_the_cluster_equal_local_ones(deployment: Deployment, *, spark_mas
     [(state, error, master)] = wait_for(finished, ran, timeout_s=START_TIMEOUT_S)
     print(f"the reach report on the cluster: {time.monotonic() - queued:.0f} s")
     assert (state, error, master) == ("done", "", spark_master)
-    local_env = dict(deployment.env, SPARK_MASTER="local[1]", SPARK_DRIVER_MEMORY="1g")
-    printed = deployment.manage("shell", "-c", RUN_AGAIN_LOCALLY % run_id, env=local_env)
-    cluster, local = json.loads(printed.splitlines()[-1])
-    assert cluster["rows"] and cluster == local
+    printed = deployment.manage("shell", "-c", COMPUTE_AGAIN_LOCALLY % run_id)
+    cluster, local = (Result(**result) for result in json.loads(printed.splitlines()[-1]))
+    assert cluster.sections["commands"] and not differences(cluster, local)
 
 
 REQUEST_REACH = """
@@ -372,24 +375,23 @@ params = Params(window_start=end - timedelta(hours=1), window_end=end)
 print(request_run(kind="reach", params=params, actor=Actor("system", "multi-host test")).pk)
 """
 
-# Run in a process of its own (a local SparkSession): the run again, over the same
-# window, and both runs' figures printed.
-RUN_AGAIN_LOCALLY = """
+# The run's stored figures, and the baseline's over the same window and dataset (the
+# one the run exported to and read), both printed as results.
+COMPUTE_AGAIN_LOCALLY = """
 import json
+from bench.reports_baseline import baseline_result
+from reports.export import dataset_root
 from reports.models import ReportRun
-from reports.runner import run_report
-
-def figures(run):
-    rows = [(r.section, r.position, r.data) for r in run.rows.order_by("section", "position")]
-    return {"summary": run.summary, "rows": rows}
+from reports.results import Params
 
 run = ReportRun.objects.get(pk=%d)
-twin = ReportRun.objects.create(kind=run.kind, window_start=run.window_start,
-    window_end=run.window_end, region=run.region, requested_by="multi-host test")
-run_report(twin.pk)
-twin.refresh_from_db()
-assert twin.state == "done" and twin.spark_master.startswith("local"), twin.error
-print(json.dumps([figures(run), figures(twin)], default=str))
+sections = {}
+for row in run.rows.order_by("section", "position"):
+    sections.setdefault(row.section, []).append(row.data)
+params = Params(window_start=run.window_start, window_end=run.window_end, region=run.region)
+local = baseline_result(run.kind, dataset_root(), params)
+print(json.dumps([{"summary": run.summary, "sections": sections},
+                  {"summary": local.summary, "sections": local.sections}], default=str))
 """
 
 
