@@ -309,10 +309,12 @@ def run(args, env: dict[str, str]) -> None:
         print_memory_per_agent(console, idle_rss, args.agents)
         # Settled, not idle: the fleet's load reports keep a pass per leaf coming.
         wait_for_tree_idle(timeout_s=300, at_most=leaves)
+        tree_before = tree_work()
         with maybe_profiled(args, console, "idle") as more:
             phases.measure(f"idle ({IDLE_S:g} s, connected)", lambda: time.sleep(IDLE_S))
         profiles += more
         print_idle_cpu_per_agent(phases, args.agents)
+        print_tree_work(tree_before, tree_work(), leaves)
         iis = Client.objects.filter(name__startswith="web-", attribute_values__name="software",
                                     attribute_values__value="IIS").count()  # fmt: skip
         rounds = partial(publish_rounds, args.rounds, args.agents, iis)
@@ -437,6 +439,25 @@ def print_idle_cpu_per_agent(phases: Phases, agents: int) -> None:
     print(f"{'beyond the server without agents':>34}: {beyond_s / wall_s / agents * 1000 * 100:.2f}"
           f" % of a core ({per_minute}); without agents the server spent"
           f" {server_alone:.2f} % of a core", flush=True)  # fmt: skip
+
+
+def tree_work() -> tuple[int, int]:
+    """(client changes logged, summary versions stored) so far, summed over the tree."""
+    from django.db.models import Max, Sum
+
+    from broker.models import ClientChange, DispatcherSummary
+
+    changes = ClientChange.objects.aggregate(last=Max("id"))["last"] or 0
+    versions = DispatcherSummary.objects.aggregate(stored=Sum("version"))["stored"] or 0
+    return changes, versions
+
+
+def print_tree_work(before: tuple[int, int], after: tuple[int, int], leaves: int) -> None:
+    """The tree's work in the idle minute: the changes its leaves took in, and how many
+    summary versions they and the dispatchers above stored (each one a refresh upward)."""
+    changes, versions = (b - a for a, b in zip(before, after, strict=True))
+    print(f"{'the tree in the idle minute':>34}: {changes} client changes at {leaves} leaves,"
+          f" {versions} summary versions stored", flush=True)  # fmt: skip
 
 
 def beyond_rate(spent: dict, wall_s: float, base: dict, base_s: float) -> dict[str, float]:

@@ -22,6 +22,7 @@ from django.utils import timezone
 from broker import audit
 from broker.audit import Actor
 from broker.dispatch.routed import (
+    LiveSelectors,
     RoutedEvent,
     live_events,
     live_events_after,
@@ -32,7 +33,6 @@ from broker.prepared import int_array, prepared_cursor, text_array
 from broker.push import to_agents, to_consoles
 from broker.push.to_agents import Pushed
 from broker.reads.clients import client_names
-from broker.vocabulary import stored_selector, vocabulary
 
 
 def lock_leaf(dispatcher_id: int) -> None:
@@ -108,12 +108,12 @@ def deliver_late(state: LeafState, changes: Mapping[int, Before]) -> int:
     leaf's lock for 50 to 300 ms in the 50-ponger ping-pong (2,000 to 3,000 live
     events), and clients that state a figure such as their load change many times a
     second."""
-    streams_of = live_selectors()
-    receivers = _verdicts_may_have_turned(state, changes, streams_of)
+    live = live_selectors()
+    receivers = _verdicts_may_have_turned(state, changes, live)
     if not receivers:
         return 0
-    addressed = _addressed(state, receivers, streams_of)
-    streams = sorted({stream for text in addressed for stream in streams_of[text]})
+    addressed = _addressed(state, receivers, live)
+    streams = sorted({stream for text in addressed for stream in live.streams[text]})
     positions = _positions(receivers, streams)
     lowest = {s: min(positions.get((r, *s), 0) for r in receivers) for s in streams}
     pending: list[NewDelivery] = []
@@ -122,15 +122,14 @@ def deliver_late(state: LeafState, changes: Mapping[int, Before]) -> int:
     return len(insert_deliveries(pending))
 
 
-def _verdicts_may_have_turned(state: LeafState, changes, texts) -> list[int]:
+def _verdicts_may_have_turned(state: LeafState, changes, live: LiveSelectors) -> list[int]:
     """The changed receivers for which some live event's verdict may differ from before:
     those new here or of unknown past, those whose policy changed, and those for which
     a live selector decides otherwise. The others match the live events they matched,
     which they hold already or which hops on their way bring (the tree routed those for
     them as they were): giving them those early only wrote rows the hops then skipped,
     up to 600 at a time in the 50-ponger ping-pong, whose pongers state their load."""
-    words = vocabulary()
-    selectors = [s for s in (stored_selector(t, words) for t in texts) if s is not None]
+    selectors = [s for s in map(live.typed, live.streams) if s is not None]
     turned = []
     for receiver in sorted(r for r in changes if r in state.matcher):
         before = changes[receiver]
@@ -143,12 +142,11 @@ def _verdicts_may_have_turned(state: LeafState, changes, texts) -> list[int]:
     return turned
 
 
-def _addressed(state: LeafState, receivers: list[int], texts) -> dict[str, set[int]]:
+def _addressed(state: LeafState, receivers: list[int], live: LiveSelectors) -> dict[str, set[int]]:
     """{selector text: those of `receivers` it selects}, for the texts selecting any."""
-    words = vocabulary()
     addressed = {}
-    for text in texts:
-        selector = stored_selector(text, words)
+    for text in live.streams:
+        selector = live.typed(text)
         chosen = {
             r
             for r in receivers

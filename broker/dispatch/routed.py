@@ -11,7 +11,8 @@ from typing import Any
 from django.utils import timezone
 
 from broker.models import Event
-from broker.vocabulary import Vocabulary, stored_selector, vocabulary
+from broker.prepared import prepared_cursor
+from broker.vocabulary import STAMP_COLUMNS, Vocabulary, stored_selector, vocabulary, vocabulary_at
 from policies import Selector
 from policies.expressions import EVENT, SENDER
 
@@ -141,19 +142,39 @@ def live_events(ids: Iterable[str] | None = None, **filters) -> list[RoutedEvent
     return [_routed(row, words) for row in rows]
 
 
-def live_selectors() -> dict[str, set[tuple[int, str]]]:
+@dataclass(frozen=True)
+class LiveSelectors:
     """The selectors unexpired events carry, as stored ("" for none), each with the
-    streams (sender, channel) of those events: a read of three columns, to know which
-    events may concern some receivers before reading any."""
-    rows = (
-        Event.objects.filter(expires_at__gt=timezone.now())
-        .values_list("selector", "sender_id", "channel")
-        .distinct()
-    )
+    streams (sender, channel) of those events, and the vocabulary that types them."""
+
+    streams: dict[str, set[tuple[int, str]]]
+    words: Vocabulary | None  # None: no selector to type
+
+    def typed(self, text: str) -> Selector | None:
+        """The selector stored as `text`, typed (None: selects everyone)."""
+        return stored_selector(text, self.words)
+
+
+# A leaf's pass reads them at every change; as a prepared statement, with the
+# vocabulary's stamp: read with the selectors, it is at least as new as they are.
+LIVE_SELECTORS = f"""
+SELECT s.selector, s.sender_id, s.channel, {STAMP_COLUMNS}
+FROM (SELECT DISTINCT selector, sender_id, channel FROM {Event._meta.db_table}
+      WHERE expires_at > %(now)s) AS s
+"""
+
+
+def live_selectors() -> LiveSelectors:
+    """The live events' selectors: a read of three columns, to know which events may
+    concern some receivers before reading any."""
+    with prepared_cursor() as cursor:
+        cursor.execute(LIVE_SELECTORS, {"now": timezone.now()})
+        rows = cursor.fetchall()
     streams: dict[str, set[tuple[int, str]]] = defaultdict(set)
-    for text, sender_id, channel in rows:
+    for text, sender_id, channel, *_ in rows:
         streams[text].add((sender_id, channel))
-    return dict(streams)
+    words = vocabulary_at(rows[0][3:]) if rows else None
+    return LiveSelectors(dict(streams), words)
 
 
 # Unexpired events carrying one of the selectors, past a sequence in their stream: a

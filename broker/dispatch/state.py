@@ -30,7 +30,7 @@ from broker.models import (
 )
 from broker.prepared import int_array, plan_once, prepared_cursor
 from broker.reads.clients import clients_changed_since, snapshot_xmin
-from broker.vocabulary import FRESH_FOR_S, Vocabulary, vocabulary
+from broker.vocabulary import FRESH_FOR_S, STAMP_COLUMNS, Vocabulary, vocabulary, vocabulary_at
 from policies import Matcher, Policy
 
 log = logging.getLogger(__name__)
@@ -159,13 +159,15 @@ class LeafState:
 # text and its live attributes, in one statement: a leaf's pass under a fleet's load
 # reports reads a few clients a second, and three ORM queries built for each pass were
 # a third of an idle tree worker. Live: neither revoked nor expired (as
-# broker.reads.clients.live_attribute_values).
+# broker.reads.clients.live_attribute_values). With the vocabulary's stamp, read in the
+# same statement as the policies it types (`vocabulary_at`).
 RECEIVERS = f"""
 SELECT c.id, p.canonical_text,
        coalesce((SELECT jsonb_object_agg(a.name, a.value)
                  FROM {AttributeValue._meta.db_table} a
                  WHERE a.client_id = c.id AND a.revoked_at IS NULL
-                   AND (a.expires_at IS NULL OR a.expires_at > %(now)s)), '{{}}')::text
+                   AND (a.expires_at IS NULL OR a.expires_at > %(now)s)), '{{}}')::text,
+       {STAMP_COLUMNS}
 FROM {Client._meta.db_table} c
 CROSS JOIN LATERAL (
     SELECT canonical_text FROM {PolicyVersion._meta.db_table}
@@ -185,11 +187,13 @@ def _receivers(dispatcher_id: int, client_ids: list[int]) -> dict[int, tuple[dic
     with prepared_cursor() as cursor:
         cursor.execute(RECEIVERS, parameters)
         rows = cursor.fetchall()
+    if not rows:
+        return {}
     # Parsed with the vocabulary, once per distinct text (most receivers share one).
-    words = vocabulary() if rows else None
+    words = vocabulary_at(rows[0][3:])
     return {
         client_id: (json.loads(attributes), words.stored_policy(text))
-        for client_id, text, attributes in rows
+        for client_id, text, attributes, *_ in rows
     }
 
 

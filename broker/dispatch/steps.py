@@ -25,6 +25,7 @@ from broker.dispatch import state as dispatch_state
 from broker.dispatch import transport, wakeups
 from broker.dispatch.delivery import deliver_late, deliver_routed
 from broker.dispatch.routed import (
+    LiveSelectors,
     RoutedEvent,
     live_events,
     live_selectors,
@@ -36,7 +37,7 @@ from broker.dispatch.transport import RouteHop
 from broker.models import DispatcherSummary, Event, SummaryVersion, TrafficRecord
 from broker.prepared import prepared_cursor
 from broker.reads.clients import client_names
-from broker.vocabulary import FRESH_FOR_S, stored_selector, vocabulary
+from broker.vocabulary import FRESH_FOR_S, STAMP_COLUMNS, STAMP_WIDTH, vocabulary, vocabulary_at
 
 UP = TrafficRecord.Direction.UP
 DOWN = TrafficRecord.Direction.DOWN
@@ -281,17 +282,18 @@ def _resend_to_grown_child(child_id: int, before: Summary | None, after: Summary
     return [RouteHop(child_id, resent, DOWN)] if resent else []
 
 
-def _selectors_the_growth_concerns(before: Summary | None, after: Summary, texts) -> list[str]:
+def _selectors_the_growth_concerns(
+    before: Summary | None, after: Summary, live: LiveSelectors
+) -> list[str]:
     """The selectors (as stored) of the live events a child's growth may concern: those
     the grown summary may select, unless the old one could select them too and the
     growth left the policies' side as it was (the old summary let those events through
     already). Reading every live event at each growth took 90 ms a time in the
     50-ponger ping-pong, whose pongers' load changes grow summaries every 10 s."""
-    words = vocabulary()
     policies_grew = before is None or not before.accepts_all_of(after)
     concerned = []
-    for text in texts:
-        selector = stored_selector(text, words)
+    for text in live.streams:
+        selector = live.typed(text)
         if after.may_select(selector) and (policies_grew or not before.may_select(selector)):
             concerned.append(text)
     return concerned
@@ -302,12 +304,19 @@ def _store_if_grown(
 ) -> list[SummaryHop]:
     """Save the computed summary unless the stored one already covers it, or covers
     `changed` (the part of it that may have grown since it was last covered): covering
-    stops propagation. If saved, the parent must hear of it."""
-    with transaction.atomic():
-        stored = _locked_summary_row(dispatcher_id)
-        kept = None if stored is None else _stored_summary(stored)
-        if kept is not None and changed is not None and kept.covers(changed):
+    stops propagation. If saved, the parent must hear of it.
+
+    `changed` is given by a leaf's pass only, under the leaf's lock, the only lock under
+    which a leaf's summary is written: whether the row covers the change is asked
+    without locking the row (a row lock is a write, and its commit a flush of the
+    write-ahead log, at every pass of every leaf)."""
+    if changed is not None:
+        stored = _summary_row(dispatcher_id)
+        if stored is not None and _stored_summary(stored).covers(changed):
             return []
+    with transaction.atomic():
+        stored = _summary_row(dispatcher_id, lock=True)
+        kept = None if stored is None else _stored_summary(stored)
         fresh = compute()
         if kept is not None and kept.covers(fresh):
             return []
@@ -318,18 +327,27 @@ def _store_if_grown(
     return [] if parent is None else [SummaryHop(parent, dispatcher_id, version)]
 
 
-def _locked_summary_row(dispatcher_id: int) -> DispatcherSummary | None:
-    """The dispatcher's summary row, locked, without its data (`_stored_summary`);
-    None if it was never stored. The row is created empty first if missing, so that
-    two first stores serialise on its lock instead of colliding."""
-    locked = DispatcherSummary.objects.select_for_update().defer("data")
-    stored = locked.filter(pk=dispatcher_id).first()
-    if stored is None:
+# The summary row without its data, with the vocabulary's stamp: every leaf pass reads
+# it (the ORM's query, built each time, was a tenth of an idle tree worker).
+SUMMARY_ROW = f"""
+SELECT {", ".join(f.column for f in DispatcherSummary._meta.concrete_fields if f.name != "data")},
+       {STAMP_COLUMNS}
+FROM {DispatcherSummary._meta.db_table} WHERE dispatcher_id = %s
+"""
+
+
+def _summary_row(dispatcher_id: int, *, lock: bool = False) -> DispatcherSummary | None:
+    """The dispatcher's summary row without its data (`_stored_summary`), locked if
+    `lock`; None if it was never stored. To be locked, the row is created empty first if
+    missing, so that two first stores serialise on its lock instead of colliding."""
+    statement = SUMMARY_ROW + " FOR UPDATE" if lock else SUMMARY_ROW
+    stored = next(iter(DispatcherSummary.objects.raw(statement, [dispatcher_id])), None)
+    if stored is None and lock:
         DispatcherSummary.objects.get_or_create(
             dispatcher_id=dispatcher_id, defaults={"version": 0, "data": Summary().to_json()}
         )
-        stored = locked.get(pk=dispatcher_id)
-    return stored if stored.version > 0 else None
+        stored = next(iter(DispatcherSummary.objects.raw(statement, [dispatcher_id])))
+    return stored if stored is not None and stored.version > 0 else None
 
 
 # {dispatcher id: (row's version, its updated_at, vocabulary, the summary parsed)}: the
@@ -343,7 +361,7 @@ _parsed: dict[int, tuple] = {}
 def _stored_summary(stored: DispatcherSummary) -> Summary:
     """The summary of the locked row `stored` (read without its data), parsed once per
     version of the row and vocabulary (equal vocabularies parse it alike)."""
-    words = vocabulary()
+    words = vocabulary_at([getattr(stored, f"vocabulary_stamp_{n}") for n in range(STAMP_WIDTH)])
     read_as = (stored.version, stored.updated_at, words)
     cached = _parsed.get(stored.pk)
     if cached is not None and cached[:3] == read_as:
@@ -423,7 +441,7 @@ def _recompute_inner(dispatcher_id: int, children: list[int]) -> list[SummaryHop
 
 def _replace_summary(dispatcher_id: int, compute: Callable[[], Summary]) -> list[SummaryHop]:
     with transaction.atomic():
-        stored = _locked_summary_row(dispatcher_id)
+        stored = _summary_row(dispatcher_id, lock=True)
         summary = compute()
         if stored is not None and stored.data == summary.to_json():
             _refresh_figures(stored, summary)

@@ -62,7 +62,7 @@ def test_a_child_with_no_summary_before_is_resent_everything_it_may_match(comman
 def stored_versions(dispatcher_id: int, *summaries: Summary) -> list[int]:
     """Store these summaries one after the other as the dispatcher's; their versions."""
     return [
-        steps._save_summary(dispatcher_id, summary, steps._locked_summary_row(dispatcher_id))
+        steps._save_summary(dispatcher_id, summary, steps._summary_row(dispatcher_id, lock=True))
         for summary in summaries
     ]
 
