@@ -448,6 +448,29 @@ def test_a_change_the_stored_summary_covers_is_not_summarised_over_the_whole_lea
     assert stored_summary(leaf).may_select(vocabulary().selector("load == 0.987"))
 
 
+@pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+def test_a_pass_whose_stored_summary_covers_the_change_locks_no_row_and_reads_no_stamp_alone(
+    shared_leaf,
+):
+    scenario, receiver = shared_leaf
+    leaf = receiver.dispatcher_id
+    here = [s for s in scenario.servers if s.dispatcher_id == leaf and s != receiver]
+    dispatch_state.topology(leaf)
+    apply_client_changes(leaf)
+    state_load(receiver, current_attributes(here[0])["load"])  # a load the leaf has
+    with CaptureQueriesContext(connection) as covered:
+        apply_client_changes(leaf)
+    state_load(receiver, 0.987)  # a load no receiver had: the summary grows
+    with CaptureQueriesContext(connection) as grown:
+        apply_client_changes(leaf)
+    statements = [q["sql"] for q in covered.captured_queries]
+    assert not any("FOR UPDATE" in sql for sql in statements)
+    # The vocabulary's stamp comes with the receivers, selectors and summary row read.
+    assert not any(sql.lstrip().startswith("SELECT (SELECT count(*)") for sql in statements)
+    assert any("FOR UPDATE" in q["sql"] for q in grown.captured_queries)
+    assert stored_summary(leaf).may_select(vocabulary().selector("load == 0.987"))
+
+
 def test_a_leaf_holds_each_active_receiver_with_its_live_values_and_newest_policy(
     tree_left_alone,
 ):

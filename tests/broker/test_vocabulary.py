@@ -17,6 +17,7 @@ from broker.vocabulary import (
     refused_only_if_current,
     stamped_vocabulary,
     vocabulary,
+    vocabulary_at,
 )
 from demo.scenario import WORM_ALERT, bulk_add_web_servers, load_scenario
 from policies import AttributeType, PolicyTypeError, Version
@@ -70,6 +71,18 @@ def test_the_same_content_keeps_the_same_vocabulary_and_its_parsed_texts(scenari
         actor=SETUP,
     )  # fmt: skip
     assert vocabulary() is words and words.selector('version >= "2.4"') is selector
+
+
+def test_a_vocabulary_at_the_stamp_it_was_read_at_asks_nothing_and_a_moved_stamp_reads_it_again(
+    scenario, django_assert_num_queries
+):
+    stamp, words = stamped_vocabulary()
+    with django_assert_num_queries(0):
+        assert vocabulary_at(stamp) is words
+    declare_event_attributes(attributes=[EventAttributeSpec("urgent", "bool")], actor=SETUP)
+    moved, _ = stamped_vocabulary()
+    assert moved != stamp
+    assert vocabulary_at(moved).event["urgent"] is AttributeType.BOOL
 
 
 def test_version_literals_are_versions_wherever_the_vocabulary_parses(scenario):
