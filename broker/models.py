@@ -569,6 +569,9 @@ class AuditEntry(models.Model):
     reason = models.TextField(blank=True)
     details = models.JSONField(default=dict)
     txid = last_writer_txid()
+    # The entry's authentication code (broker.audit.authentication_code), made by the
+    # console as it writes the entry: empty on entries written before codes were kept.
+    mac = models.CharField(max_length=64, blank=True, db_default="", editable=False)
 
     class Meta:
         ordering = ["-at", "-id"]

@@ -30,6 +30,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("DEBUG", default=False)
 SECRET_KEY = env_str("SECRET_KEY")
+# Earlier keys, kept after SECRET_KEY is replaced (comma-separated): sessions signed
+# with them stay valid, and audit entries authenticated with them still verify.
+SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS", [])
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 HTTPS = env_bool("HTTPS", default=False)
@@ -78,6 +81,7 @@ INSTALLED_APPS = [
     "console",
     "broker",
     "reports",
+    "auditchain",
     "demo",
 ]
 

@@ -20,10 +20,12 @@ from dataclasses import dataclass
 
 from django.db import connection, transaction
 
+from broker.audit import authentication_code
 from broker.models import AuditEntry, Client, Delivery, ReceiverStream
-from demo.bulk import NULL, copy_escape, copy_text
+from demo.bulk import NULL, copy_escape, copy_rows, copy_text
 from demo.synthetic.clock import MS, US, Stamps
 from demo.synthetic.incident import Fate, behaviour
+from demo.synthetic.records import DONE, ENTRY_FIELDS
 from demo.synthetic.roster import Fleet, Receiver
 
 # Deliveries per block (one transaction): at least eight blocks to share between the
@@ -252,11 +254,10 @@ SET last_position = moved.last, confirmed_position = moved.confirmed
 FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS moved(client_id, last, confirmed)
 WHERE stream.client_id = moved.client_id
 """
-# As broker.services.deliveries audits each answer; made from the rows as written.
-AUDIT_ANSWERS = f"""
-INSERT INTO {AuditEntry._meta.db_table} (at, actor, action, target, outcome, reason, details)
-SELECT d.acked_at, 'client:' || c.name, 'delivery.ack', 'event:' || d.event_id, 'done', '',
-       jsonb_build_object('delivery', d.id, 'state', d.state)
+# The answers as broker.services.deliveries audits each one, read from the rows as
+# written; their entries are made (with their authentication codes) in Python.
+ANSWERS_TO_AUDIT = f"""
+SELECT d.acked_at, 'client:' || c.name, 'event:' || d.event_id, d.id, d.state
 FROM unnest(%s::bigint[], %s::bigint[]) AS s(receiver_id, after)
 JOIN {Delivery._meta.db_table} AS d ON d.receiver_id = s.receiver_id AND d.position > s.after
 JOIN {Client._meta.db_table} AS c ON c.id = d.receiver_id
@@ -410,7 +411,17 @@ def _audit_answers(starts: dict[int, tuple[int, int]]) -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         # A block's entries sorted by time in memory, not in files.
         cursor.execute("SET LOCAL work_mem = '256MB'")
-        cursor.execute(AUDIT_ANSWERS, [receivers, [starts[r][0] for r in receivers]])
+        cursor.execute(ANSWERS_TO_AUDIT, [receivers, [starts[r][0] for r in receivers]])
+        rows = [_answer_entry(*row) for row in cursor.fetchall()]
+        copy_rows(AuditEntry, ENTRY_FIELDS, rows)
+
+
+def _answer_entry(at, actor: str, target: str, delivery_id: int, state: str) -> tuple:
+    details = {"delivery": delivery_id, "state": state}
+    fields = {"at": at, "actor": actor, "action": "delivery.ack", "target": target,
+              "outcome": DONE, "reason": ""}  # fmt: skip
+    code = authentication_code(**fields, details=details)
+    return (*fields.values(), json.dumps(details), code)
 
 
 def _close_connection() -> None:

@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 
 from django.db import connection
 
-from broker.audit import MAX_LISTED_NAMES
+from broker.audit import MAX_LISTED_NAMES, authentication_code
 from broker.models import AuditEntry, ChannelCursor, Event, TrafficRecord
 from demo.bulk import copy_rows
 from demo.synthetic.clock import to_datetime
 
 AUDIT_FIELDS = ["at", "actor", "action", "target", "outcome", "reason", "details"]
+ENTRY_FIELDS = [*AUDIT_FIELDS, "mac"]
 DONE, REFUSED = AuditEntry.Outcome.DONE, AuditEntry.Outcome.REFUSED
 
 
@@ -40,12 +41,16 @@ class AuditRows:
     def write(self) -> int:
         """Write them in time order (ids grow with time, as in the service's log)."""
         self.rows.sort(key=lambda row: row[0])
-        copy_rows(AuditEntry, AUDIT_FIELDS, (_audit_row(*row) for row in self.rows))
+        copy_rows(AuditEntry, ENTRY_FIELDS, (_audit_row(*row) for row in self.rows))
         return len(self.rows)
 
 
 def _audit_row(at, actor, action, target, outcome, reason, details) -> tuple:
-    return to_datetime(at), actor, action, target, outcome, reason, json.dumps(details)
+    """The entry's columns (AUDIT_FIELDS, then its authentication code)."""
+    text = json.dumps(details)
+    fields = {"at": to_datetime(at), "actor": actor, "action": action, "target": target,
+              "outcome": outcome, "reason": reason}  # fmt: skip
+    return (*fields.values(), text, authentication_code(**fields, details=json.loads(text)))
 
 
 # The cursor, or the channel's highest sequence if higher (it never is, if every
