@@ -1,9 +1,13 @@
-"""Verifying the audit log: every entry's authentication code is made again from what
-the entry holds now, with the console's key (and the keys it had before), and compared
-with the code the console made as it wrote the entry.
+"""Verifying the audit log, with the console's key (and the keys it had before):
 
-Whoever edits an entry, or writes one, without the console's key (in psql, in a dump
-restored after editing) cannot make a code that holds: the entry is found and named.
+- every entry's authentication code is made again from what the entry holds now and
+  compared with the code the console made as it wrote the entry: whoever edits an entry,
+  or writes one, without the key (in psql, in a dump restored after editing) cannot
+  make a code that holds;
+- the chain (auditchain.models.AuditLink) is walked in order: a link whose entry is
+  gone names an entry removed; a link whose code is not the one its predecessor, entry
+  and entry's code make names a link changed or one removed before it; an entry older
+  than the chain's horizon without a link was written around the console.
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import connection
 
-from broker.audit import entry_code
+from auditchain.models import AuditLink, ChainHead
+from broker.audit import chain_code, entry_code
 from broker.models import AuditEntry
 
 # Entries read at a time (a server-side cursor: a year's log is never held in memory).
@@ -22,6 +28,10 @@ BATCH = 5_000
 
 CHANGED = "changed"  # its code does not hold for what it holds now
 UNAUTHENTICATED = "unauthenticated"  # it has no code
+REMOVED = "removed"  # its link is there, the entry is not
+RELINKED = "relinked"  # its code is not the one it was linked with
+BROKEN = "broken"  # a link's code does not follow from the one before it
+UNLINKED = "unlinked"  # older than the chain's horizon, and not in the chain
 
 
 @dataclass(frozen=True)
@@ -33,11 +43,18 @@ class Finding:
     message: str
 
 
-def findings(*, after: int = 0) -> Iterator[Finding]:
-    """Every entry (of id above `after`, in id order) whose code does not hold."""
+def findings() -> Iterator[Finding]:
+    """Everything the evidence does not vouch for: entries whose code does not hold (in
+    id order), then breaks in the chain (in its order), then entries around it."""
     secrets = [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]
-    entries = AuditEntry.objects.filter(id__gt=after).order_by("id")
-    for entry in entries.iterator(chunk_size=BATCH):
+    yield from entry_findings(secrets)
+    yield from chain_findings(secrets)
+    yield from unlinked_findings()
+
+
+def entry_findings(secrets: list[str]) -> Iterator[Finding]:
+    """Every entry whose code does not hold, or that has none."""
+    for entry in AuditEntry.objects.order_by("id").iterator(chunk_size=BATCH):
         finding = _finding(entry, secrets)
         if finding is not None:
             yield finding
@@ -56,3 +73,63 @@ def _finding(entry: AuditEntry, secrets: list[str]) -> Finding | None:
         "authentication code does not hold: changed since the console wrote it, or "
         "written outside the console"
     ))  # fmt: skip
+
+
+CHAIN = f"""
+SELECT l.position, l.entry_id, l.mac, l.chain, e.id IS NOT NULL, e.mac
+FROM {AuditLink._meta.db_table} l
+LEFT JOIN {AuditEntry._meta.db_table} e ON e.id = l.entry_id
+ORDER BY l.position
+"""
+
+
+def chain_findings(secrets: list[str]) -> Iterator[Finding]:
+    """Walk the chain's links in order (a server-side cursor)."""
+    previous, expected = "", 1
+    with connection.chunked_cursor() as cursor:
+        cursor.execute(CHAIN)
+        while rows := cursor.fetchmany(BATCH):
+            for position, entry_id, mac, chain, present, entry_mac in rows:
+                if position != expected:
+                    yield _gap(expected, position, entry_id)
+                if not any(chain_code(previous, entry_id, mac, secret=s) == chain for s in secrets):
+                    yield _broken(position, entry_id)
+                if not present:
+                    yield Finding(entry_id, REMOVED, (
+                        f"entry {entry_id} (link {position}) was removed from the audit log"
+                    ))  # fmt: skip
+                elif entry_mac != mac:
+                    yield Finding(entry_id, RELINKED, (
+                        f"entry {entry_id} (link {position}): its code was rewritten after "
+                        "it was linked"
+                    ))  # fmt: skip
+                previous, expected = chain, position + 1
+
+
+def _gap(expected: int, position: int, entry_id: int) -> Finding:
+    return Finding(entry_id, BROKEN, (
+        f"links {expected} to {position - 1} are missing before entry {entry_id}: "
+        "removed from the chain"
+    ))  # fmt: skip
+
+
+def _broken(position: int, entry_id: int) -> Finding:
+    return Finding(entry_id, BROKEN, (
+        f"the chain breaks at link {position} (entry {entry_id}): that link was changed, "
+        "or one before it removed"
+    ))  # fmt: skip
+
+
+def unlinked_findings() -> Iterator[Finding]:
+    """Entries that the chain's horizon says were linked, and are not."""
+    head = ChainHead.objects.first()
+    if head is None:
+        return
+    unlinked = AuditEntry.objects.filter(txid__lt=head.horizon).exclude(
+        id__in=AuditLink.objects.values("entry_id")
+    )
+    for entry_id in unlinked.order_by("id").values_list("id", flat=True).iterator(BATCH):
+        yield Finding(entry_id, UNLINKED, (
+            f"entry {entry_id} is not in the chain, though written before entries that are: "
+            "written around the console"
+        ))  # fmt: skip

@@ -106,6 +106,17 @@ def entry_code(entry: AuditEntry, *, secret: str | None = None) -> str:
     )  # fmt: skip
 
 
+CHAIN_SALT = "sn.audit.chain"
+
+
+def chain_code(previous: str, entry_id: int, mac: str, *, secret: str | None = None) -> str:
+    """A link's code in the audit chain (auditchain): keyed as the entries' codes are,
+    so that nobody without the console's key can make the chain again after removing
+    or changing a link."""
+    text = f"{previous}|{entry_id}|{mac}"
+    return salted_hmac(CHAIN_SALT, text, secret=secret, algorithm="sha256").hexdigest()
+
+
 # Numbers are written as their exact decimal value, normalised: PostgreSQL's jsonb keeps
 # a number's value, not its spelling (1e16 comes back as 10000000000000000, an integer).
 _EXACT = decimal.Context(prec=2000)

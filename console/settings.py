@@ -360,6 +360,8 @@ if SPARK_LOG_FILE and not Path(SPARK_LOG_FILE).parent.is_dir():
 # Beat: summaries are recomputed exactly (and may shrink) on this interval; events that
 # never reached the root are routed again.
 SUMMARY_INTERVAL_S = env_int("SUMMARY_INTERVAL_S", 60, minimum=1)
+# Audit entries are linked into the chain on this interval (auditchain).
+AUDIT_LINK_S = env_int("AUDIT_LINK_S", 5, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "recompute-summaries": {
         "task": "broker.recompute_summaries",
@@ -370,6 +372,7 @@ CELERY_BEAT_SCHEDULE = {
     "expire-attributes": {"task": "broker.expire_attributes", "schedule": 5.0},
     "schedule-reports": {"task": "reports.schedule", "schedule": float(REPORTS_INTERVAL_S)},
     "sweep-reports": {"task": "reports.sweep", "schedule": 15.0},
+    "link-audit-entries": {"task": "auditchain.link_entries", "schedule": float(AUDIT_LINK_S)},
 }
 
 # API tokens stop working this many days after they were issued: clients' (agents log

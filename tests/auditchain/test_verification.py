@@ -74,7 +74,7 @@ def test_an_entry_inserted_in_sql_is_found_with_or_without_a_made_up_code(entrie
     assert [(f.entry_id, f.problem) for f in findings()] == [
         (inserted[0].id, UNAUTHENTICATED), (inserted[1].id, CHANGED)
     ]  # fmt: skip
-    with pytest.raises(CommandError, match="does not verify: 2 of 7 entries"):
+    with pytest.raises(CommandError, match="does not verify: 2 findings over 7 entries"):
         call_command("verify_audit")
 
 

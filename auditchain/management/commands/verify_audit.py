@@ -1,10 +1,12 @@
-"""manage.py verify_audit: check every audit entry's authentication code; name each
-entry it does not hold for. Exit status 0 when every entry verifies, 1 otherwise."""
+"""manage.py verify_audit: check every audit entry's authentication code and the chain
+that orders them (auditchain.verification); name each entry the evidence does not
+vouch for, and why. Exit status 0 when the log verifies, 1 otherwise."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from auditchain.models import ChainHead
 from auditchain.verification import findings
 from broker.models import AuditEntry
 
@@ -24,11 +26,14 @@ class Command(BaseCommand):
             if found <= limit:
                 self.stdout.write(finding.message)
         checked = AuditEntry.objects.count()
+        head = ChainHead.objects.first()
+        linked = head.position if head else 0
         if found:
             raise CommandError(
-                f"the audit log does not verify: {found} of {checked} entries"
-                + (f" ({found - limit} more not named)" if found > limit else "")
+                f"the audit log does not verify: {found} findings over {checked} entries"
+                f" and {linked} links" + (f" ({found - limit} not shown)" if found > limit else "")
             )
         self.stdout.write(
-            f"the audit log verifies: {checked} entries, each as the console wrote it"
+            f"the audit log verifies: {checked} entries as the console wrote them,"
+            f" {linked} of them linked in the order they were written"
         )

@@ -1,0 +1,37 @@
+"""The audit chain: each audit entry's place in the order the entries were written."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class AuditLink(models.Model):
+    """An audit entry's place in the chain. Links are made in the order the entries'
+    transactions ended, each one's `chain` an HMAC (keyed as the entries' codes are) of
+    the link before it, the entry's id and its code: an entry removed leaves its link
+    behind, and a link changed or removed breaks every code after it, which nobody
+    without the console's key can make again."""
+
+    position = models.BigIntegerField(primary_key=True)
+    # No foreign key: an entry deleted must leave its link, as evidence.
+    entry_id = models.BigIntegerField(unique=True)
+    mac = models.CharField(max_length=64)  # the entry's code when it was linked
+    chain = models.CharField(max_length=64)
+    linked_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"link {self.position}: entry {self.entry_id}"
+
+
+class ChainHead(models.Model):
+    """The chain's last link, and how far the entries are linked: every entry written
+    by a transaction before `horizon` (PostgreSQL's transaction ids) has its link. One
+    row."""
+
+    position = models.BigIntegerField(default=0)
+    chain = models.CharField(max_length=64, blank=True, default="")
+    horizon = models.BigIntegerField(default=0)
+    linked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"chain head at {self.position}"

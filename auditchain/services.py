@@ -1,0 +1,78 @@
+"""Linking audit entries into the chain, as a periodic task does (auditchain.tasks).
+
+One linker at a time (a transaction lock). Each pass links the entries of the
+transactions that ended since the last one, in the order of their transaction ids:
+below PostgreSQL's snapshot xmin every transaction has ended, so nothing can still
+appear there (broker.reads.clients.snapshot_xmin). An entry already linked is skipped
+(an edit gives it a new transaction id: verification finds the edit by its code).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from auditchain.models import AuditLink, ChainHead
+from broker.audit import chain_code
+from broker.models import AuditEntry
+from broker.prepared import int_array, text_array
+from broker.reads.clients import snapshot_xmin
+
+LINKER_LOCK = (7_102, 1)  # pg_advisory_xact_lock namespace and key
+BATCH = 20_000  # entries linked a pass at most (a first pass over a long log goes on)
+
+UNLINKED = f"""
+SELECT e.id, e.mac, e.txid FROM {AuditEntry._meta.db_table} e
+WHERE e.txid >= %s AND e.txid < %s
+  AND NOT EXISTS (SELECT FROM {AuditLink._meta.db_table} l WHERE l.entry_id = e.id)
+ORDER BY e.txid, e.id
+LIMIT %s
+"""
+LINK = f"""
+INSERT INTO {AuditLink._meta.db_table} (position, entry_id, mac, chain, linked_at)
+SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::timestamptz[])
+"""
+
+
+@dataclass(frozen=True)
+class Linked:
+    """What a pass linked: how many entries, and the chain's length after it."""
+
+    entries: int
+    position: int
+
+
+def link_entries(*, batch: int = BATCH) -> Linked:
+    """Link the entries written since the last pass (at most `batch`)."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", LINKER_LOCK)
+        head = ChainHead.objects.select_for_update().first() or ChainHead.objects.create()
+        xmin = snapshot_xmin()
+        with connection.cursor() as cursor:
+            cursor.execute(UNLINKED, [head.horizon, xmin, batch])
+            rows = cursor.fetchall()
+        _link(head, rows)
+        # A full batch may have left entries of its last transaction: start there again.
+        head.horizon = rows[-1][2] if len(rows) == batch else xmin
+        head.save()
+    return Linked(len(rows), head.position)
+
+
+def _link(head: ChainHead, rows: list[tuple[int, str, int]]) -> None:
+    if not rows:
+        return
+    now = timezone.now()
+    positions, chains = [], []
+    for entry_id, mac, _ in rows:
+        head.position += 1
+        head.chain = chain_code(head.chain, entry_id, mac)
+        positions.append(head.position)
+        chains.append(head.chain)
+    ids, macs = [row[0] for row in rows], [row[1] for row in rows]
+    with connection.cursor() as cursor:
+        cursor.execute(LINK, [int_array(positions), int_array(ids), text_array(macs),
+                              text_array(chains), [now] * len(rows)])  # fmt: skip
+    head.linked_at = now

@@ -1,0 +1,73 @@
+"""The audit chain: entries linked in the order they were written; an entry removed, a
+link changed or removed, and an entry slipped in behind the chain are each found."""
+
+import pytest
+from django.db import connection
+
+from auditchain.models import AuditLink, ChainHead
+from auditchain.services import link_entries
+from auditchain.verification import BROKEN, REMOVED, UNLINKED, findings
+from broker import audit
+from broker.audit import Actor
+from broker.models import AuditEntry
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+OFFICER = Actor("user", "audrey")
+
+
+def sql(statement: str, parameters=()) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, parameters)
+
+
+def problems() -> list[tuple[int, str]]:
+    return [(finding.entry_id, finding.problem) for finding in findings()]
+
+
+@pytest.fixture
+def linked() -> list[int]:
+    """Six entries, written by three writers' transactions, linked."""
+    for n in range(3):
+        audit.record_change(actor=OFFICER, action="policy.set", target=f"client:web-{n}")
+    audit.record_changes([audit.Change(OFFICER, "attributes.state", "client:web-9", {"n": n})
+                          for n in range(3)])  # fmt: skip
+    assert link_entries().entries == 6
+    return list(AuditEntry.objects.order_by("id").values_list("id", flat=True))
+
+
+def test_entries_are_linked_once_in_the_order_they_were_written_and_verify(linked):
+    assert list(AuditLink.objects.order_by("position").values_list("entry_id", flat=True)) == linked
+    audit.record_change(actor=OFFICER, action="policy.set", target="client:web-7")
+    assert link_entries().entries == 1 and link_entries().entries == 0
+    assert ChainHead.objects.get().position == 7
+    assert problems() == []
+
+
+def test_an_entry_deleted_is_found_by_its_link(linked):
+    sql("DELETE FROM broker_auditentry WHERE id = %s", [linked[2]])
+    assert problems() == [(linked[2], REMOVED)]
+
+
+def test_an_entry_deleted_with_its_link_breaks_the_chain_there(linked):
+    sql("DELETE FROM broker_auditentry WHERE id = %s", [linked[2]])
+    sql("DELETE FROM auditchain_auditlink WHERE entry_id = %s", [linked[2]])
+    assert problems() == [(linked[3], BROKEN), (linked[3], BROKEN)]  # a gap, a code
+
+
+def test_links_renumbered_after_a_deletion_still_break_where_it_was(linked):
+    sql("DELETE FROM broker_auditentry WHERE id = %s", [linked[2]])
+    sql("DELETE FROM auditchain_auditlink WHERE entry_id = %s", [linked[2]])
+    sql("UPDATE auditchain_auditlink SET position = position - 1 WHERE position > 3")
+    assert problems() == [(linked[3], BROKEN)]
+
+
+def test_an_entry_slipped_in_behind_the_chain_is_found(linked):
+    head = ChainHead.objects.get()
+    sql(
+        "INSERT INTO broker_auditentry (at, actor, action, target, outcome, reason, details,"
+        " mac, txid) SELECT at, actor, action, 'client:web-0', outcome, reason, details, mac,"
+        " %s FROM broker_auditentry WHERE id = %s", [head.horizon - 1, linked[0]],
+    )  # fmt: skip
+    slipped = AuditEntry.objects.latest("id").id
+    link_entries()
+    assert (slipped, UNLINKED) in problems()
