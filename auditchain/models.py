@@ -32,6 +32,13 @@ class ChainHead(models.Model):
     chain = models.CharField(max_length=64, blank=True, default="")
     horizon = models.BigIntegerField(default=0)
     linked_at = models.DateTimeField(null=True, blank=True)
+    # The last verification (auditchain.services.record_verification): when, what it
+    # covered, how many findings and the first of them, for the audit page.
+    verified_at = models.DateTimeField(null=True, blank=True)
+    verified_entries = models.BigIntegerField(default=0)
+    verified_links = models.BigIntegerField(default=0)
+    findings = models.BigIntegerField(default=0)
+    first_finding = models.TextField(blank=True, default="")
 
     def __str__(self) -> str:
         return f"chain head at {self.position}"

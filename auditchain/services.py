@@ -15,6 +15,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from auditchain.models import AuditLink, ChainHead
+from auditchain.verification import Finding, findings
 from broker.audit import chain_code
 from broker.models import AuditEntry
 from broker.prepared import int_array, text_array
@@ -76,3 +77,40 @@ def _link(head: ChainHead, rows: list[tuple[int, str, int]]) -> None:
         cursor.execute(LINK, [int_array(positions), int_array(ids), text_array(macs),
                               text_array(chains), [now] * len(rows)])  # fmt: skip
     head.linked_at = now
+
+
+@dataclass(frozen=True)
+class Verification:
+    """A verification's outcome: what it covered and what it found (the first
+    `listed` findings, and how many in all)."""
+
+    entries: int
+    links: int
+    found: int
+    listed: list[Finding]
+
+
+def verify_log(*, listed: int = 100) -> Verification:
+    """Verify the whole log (auditchain.verification) and record the outcome on the
+    chain's head, for the audit page."""
+    entries = AuditEntry.objects.count()
+    links = AuditLink.objects.count()
+    found, first = 0, []
+    for finding in findings():
+        found += 1
+        if found <= listed:
+            first.append(finding)
+    _record(entries, links, found, first[0].message if first else "")
+    return Verification(entries, links, found, first)
+
+
+def _record(entries: int, links: int, found: int, first_finding: str) -> None:
+    with transaction.atomic():
+        head = ChainHead.objects.select_for_update().first() or ChainHead.objects.create()
+        head.verified_at, head.verified_entries, head.verified_links = (
+            timezone.now(),
+            entries,
+            links,
+        )
+        head.findings, head.first_finding = found, first_finding
+        head.save()

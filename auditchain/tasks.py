@@ -11,3 +11,9 @@ from auditchain import services
 def link_entries() -> int:
     """Link the audit entries written since the last run; idempotent."""
     return services.link_entries().entries
+
+
+@shared_task(name="auditchain.verify_log")
+def verify_log() -> int:
+    """Verify the whole log and record the outcome for the audit page; idempotent."""
+    return services.verify_log().found

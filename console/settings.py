@@ -362,6 +362,8 @@ if SPARK_LOG_FILE and not Path(SPARK_LOG_FILE).parent.is_dir():
 SUMMARY_INTERVAL_S = env_int("SUMMARY_INTERVAL_S", 60, minimum=1)
 # Audit entries are linked into the chain on this interval (auditchain).
 AUDIT_LINK_S = env_int("AUDIT_LINK_S", 5, minimum=1)
+# And the whole log verified on this interval, its outcome shown on the audit page.
+AUDIT_VERIFY_S = env_int("AUDIT_VERIFY_S", 3600, minimum=60)
 CELERY_BEAT_SCHEDULE = {
     "recompute-summaries": {
         "task": "broker.recompute_summaries",
@@ -373,6 +375,7 @@ CELERY_BEAT_SCHEDULE = {
     "schedule-reports": {"task": "reports.schedule", "schedule": float(REPORTS_INTERVAL_S)},
     "sweep-reports": {"task": "reports.sweep", "schedule": 15.0},
     "link-audit-entries": {"task": "auditchain.link_entries", "schedule": float(AUDIT_LINK_S)},
+    "verify-audit-log": {"task": "auditchain.verify_log", "schedule": float(AUDIT_VERIFY_S)},
 }
 
 # API tokens stop working this many days after they were issued: clients' (agents log

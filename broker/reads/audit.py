@@ -248,7 +248,7 @@ def audit_page(query: AuditQuery, *, size: int = PAGE_SIZE) -> AuditPage:
 
 # What an export reads of each entry; the details as the database writes them in JSON
 # (no decoding and encoding again of 300,000 documents).
-EXPORTED = ("id", "at", "actor", "action", "target", "outcome", "reason", "details_text")
+EXPORTED = ("id", "at", "actor", "action", "target", "outcome", "reason", "details_text", "mac")
 
 
 def export_batches(query: AuditQuery, *, size: int = EXPORT_BATCH) -> Iterator[list]:

@@ -14,6 +14,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from auditchain.reads import chain_state, links_of
 from broker.errors import InvalidInput
 from broker.reads.audit import OUTCOMES, AuditQuery, audit_page, export_batches
 from broker.roles import READ_AUDIT
@@ -25,7 +26,10 @@ TEMPLATE = "console/audit.html"
 FILTERS_FORM = "audit-filters"  # the form's id: its own requests need no fresh copy
 # Sortable columns: (label, ascending order, descending order); time is newest first.
 SORTABLE = {"time": ("at", "-at"), "actor": ("actor", "-actor"), "action": ("action", "-action")}
-CSV_COLUMNS = ("at", "actor", "action", "target", "outcome", "reason", "details")
+# The last three are the entry's evidence (docs/security.md): its authentication code,
+# its position in the chain and the link's code (empty until it is linked).
+CSV_COLUMNS = ("id", "at", "actor", "action", "target", "outcome", "reason", "details",
+               "mac", "link", "chain")  # fmt: skip
 
 
 @require_GET
@@ -41,6 +45,8 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         # form up to date; the form's own requests must not replace what is typed.
         "refresh_filters": bool(request.htmx) and request.htmx.trigger != FILTERS_FORM,
     }
+    if not request.htmx:  # the chain's state is shown above the results, not in them
+        context["chain"] = chain_state()
     status = 200
     try:
         context["page"] = audit_page(AuditQuery.from_params(request.GET))
@@ -87,9 +93,11 @@ async def csv_chunks_async(query: AuditQuery) -> AsyncIterator[str]:
 
 def csv_rows(batch: list, zone: tzinfo) -> list[list[str]]:
     """Exported rows (broker.reads.audit.EXPORTED) as CSV cells: the time in ISO 8601
-    in `zone`, the details as JSON text."""
+    in `zone`, the details as JSON text, and the entry's evidence."""
+    links = links_of(row.id for row in batch)
     return [
-        [row.at.astimezone(zone).isoformat(), *map(safe_cell, (row.actor, row.action,
-         row.target, row.outcome, row.reason, row.details_text))]
+        [str(row.id), row.at.astimezone(zone).isoformat(), *map(safe_cell, (row.actor,
+         row.action, row.target, row.outcome, row.reason, row.details_text)), row.mac,
+         *map(str, links.get(row.id, ("", "")))]
         for row in batch
     ]  # fmt: skip

@@ -16,6 +16,9 @@ from django.test import AsyncClient
 from django.urls import reverse
 from django.utils import timezone
 
+from auditchain.models import AuditLink
+from auditchain.services import link_entries, verify_log
+from broker.audit import entry_code
 from broker.models import AuditEntry
 from tests.cast import ADMINISTRATOR, AUDITOR, create_member
 from tests.console.conftest import logged_in
@@ -27,8 +30,9 @@ HOUR = timedelta(hours=1)
 
 
 def entry(hours_ago: float, actor: str, action: str, target: str = "", **fields) -> AuditEntry:
-    """An audit entry written `hours_ago` hours ago."""
-    return AuditEntry.objects.create(
+    """An audit entry written `hours_ago` hours ago, with its code as the console
+    makes it."""
+    written = AuditEntry(
         at=timezone.now() - hours_ago * HOUR,
         actor=actor,
         action=action,
@@ -36,6 +40,9 @@ def entry(hours_ago: float, actor: str, action: str, target: str = "", **fields)
         outcome=fields.pop("outcome", "done"),
         **fields,
     )
+    written.mac = entry_code(written)
+    written.save()
+    return written
 
 
 @pytest.fixture
@@ -290,9 +297,9 @@ def test_a_page_takes_the_same_few_queries_however_long_the_log(
 ):
     first = audit_page(as_auditor)
     # The session, the user, the device that proved their second factor, their
-    # permissions (2) and roles; the count, the entry the page starts after, and the
-    # page (its rows at that entry's time, then before it).
-    with django_assert_max_num_queries(10):
+    # permissions (2) and roles; the chain's state; the count, the entry the page starts
+    # after, and the page (its rows at that entry's time, then before it).
+    with django_assert_max_num_queries(11):
         follow(as_auditor, first, "next")
 
 
@@ -416,3 +423,29 @@ def test_the_export_streams_under_asgi_as_under_wsgi(log):
 def test_an_event_target_is_filterable_by_its_id(as_auditor, log):
     event = uuid.UUID(EVENT_ID)
     assert rows(audit_page(as_auditor, target=f"event:{event}")) == [log[0].pk]
+
+
+# Committed: entries are linked once the transactions that wrote them have ended.
+@pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+def test_the_page_says_whether_the_log_verifies_and_names_the_first_finding(as_auditor, log):
+    assert 'data-chain="unverified"' in audit_page(as_auditor)
+    link_entries()
+    verify_log()
+    page = audit_page(as_auditor)
+    assert 'data-chain="verified"' in page and "each as the console wrote it" in page
+    AuditEntry.objects.filter(pk=log[1].pk).update(actor="user:mallory")
+    verify_log()
+    page = audit_page(as_auditor)
+    assert 'data-chain="broken"' in page and f"entry {log[1].pk} " in page
+
+
+# Committed: entries are linked once the transactions that wrote them have ended.
+@pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+def test_the_export_carries_each_entrys_code_and_link(as_auditor, log):
+    link_entries()
+    exported = {int(row["id"]): row for row in export(as_auditor)}
+    links = dict(AuditLink.objects.values_list("entry_id", "position"))
+    for written in log:
+        row = exported[written.pk]
+        assert row["mac"] == written.mac and len(row["mac"]) == 64
+        assert int(row["link"]) == links[written.pk] and len(row["chain"]) == 64

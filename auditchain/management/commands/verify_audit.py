@@ -1,14 +1,13 @@
 """manage.py verify_audit: check every audit entry's authentication code and the chain
 that orders them (auditchain.verification); name each entry the evidence does not
-vouch for, and why. Exit status 0 when the log verifies, 1 otherwise."""
+vouch for, and why, and record the outcome for the audit page. Exit status 0 when the
+log verifies, 1 otherwise."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from auditchain.models import ChainHead
-from auditchain.verification import findings
-from broker.models import AuditEntry
+from auditchain.services import verify_log
 
 
 class Command(BaseCommand):
@@ -16,24 +15,21 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument(
-            "--limit", type=int, default=100, help="entries named at most (all are counted)"
+            "--limit", type=int, default=100, help="findings named at most (all are counted)"
         )
 
     def handle(self, *args, limit: int, **options) -> None:
-        found = 0
-        for finding in findings():
-            found += 1
-            if found <= limit:
-                self.stdout.write(finding.message)
-        checked = AuditEntry.objects.count()
-        head = ChainHead.objects.first()
-        linked = head.position if head else 0
-        if found:
+        outcome = verify_log(listed=limit)
+        for finding in outcome.listed:
+            self.stdout.write(finding.message)
+        if outcome.found:
+            unnamed = outcome.found - len(outcome.listed)
             raise CommandError(
-                f"the audit log does not verify: {found} findings over {checked} entries"
-                f" and {linked} links" + (f" ({found - limit} not shown)" if found > limit else "")
+                f"the audit log does not verify: {outcome.found} findings over"
+                f" {outcome.entries} entries and {outcome.links} links"
+                + (f" ({unnamed} not shown)" if unnamed else "")
             )
         self.stdout.write(
-            f"the audit log verifies: {checked} entries as the console wrote them,"
-            f" {linked} of them linked in the order they were written"
+            f"the audit log verifies: {outcome.entries} entries as the console wrote them,"
+            f" {outcome.links} of them linked in the order they were written"
         )
