@@ -42,3 +42,31 @@ class ChainHead(models.Model):
 
     def __str__(self) -> str:
         return f"chain head at {self.position}"
+
+
+class Checkpoint(models.Model):
+    """The chain's head at a moment, signed with the console's audit key
+    (auditchain.keys), whose private half is never in the database: whoever checks it
+    with the public key knows the chain ran through `chain` at `position` then, so that
+    links before it can be neither cut off nor made again unseen."""
+
+    position = models.BigIntegerField()
+    chain = models.CharField(max_length=64, blank=True)
+    signed_at = models.DateTimeField()
+    public_key = models.CharField(max_length=100)
+    signature = models.CharField(max_length=100)
+
+    class Meta:
+        ordering = ["signed_at"]
+
+    def __str__(self) -> str:
+        return f"checkpoint at link {self.position}, {self.signed_at:%Y-%m-%d %H:%M}"
+
+    def document(self) -> dict:
+        """What is signed."""
+        return {
+            "signed": "sn-audit-checkpoint",
+            "position": self.position,
+            "chain": self.chain,
+            "signed_at": self.signed_at.isoformat(timespec="microseconds"),
+        }

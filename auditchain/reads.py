@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from auditchain.models import AuditLink, ChainHead
+from auditchain.models import AuditLink, ChainHead, Checkpoint
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,7 @@ class ChainState:
     findings: int
     first_finding: str
     linked: int
+    checkpoint_at: datetime | None  # the newest signed checkpoint's time
 
 
 def chain_state() -> ChainState:
@@ -29,6 +30,8 @@ def chain_state() -> ChainState:
         verified_at=head.verified_at, entries=head.verified_entries,
         links=head.verified_links, findings=head.findings,
         first_finding=head.first_finding, linked=head.position,
+        checkpoint_at=Checkpoint.objects.order_by("-signed_at")
+        .values_list("signed_at", flat=True).first(),
     )  # fmt: skip
 
 

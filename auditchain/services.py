@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 from django.db import connection, transaction
 from django.utils import timezone
+from sn_agent import signatures
 
-from auditchain.models import AuditLink, ChainHead
+from auditchain import keys
+from auditchain.models import AuditLink, ChainHead, Checkpoint
 from auditchain.verification import Finding, findings
 from broker.audit import chain_code
 from broker.models import AuditEntry
@@ -114,3 +116,19 @@ def _record(entries: int, links: int, found: int, first_finding: str) -> None:
         )
         head.findings, head.first_finding = found, first_finding
         head.save()
+
+
+def sign_checkpoint() -> Checkpoint | None:
+    """Sign the chain's head as it is now, if this host holds the audit key (None if
+    not: the chain's newest links are then protected by no signature)."""
+    key = keys.audit_key()
+    if key is None:
+        return None
+    head = ChainHead.objects.first() or ChainHead()
+    checkpoint = Checkpoint(
+        position=head.position, chain=head.chain, signed_at=timezone.now(),
+        public_key=keys.public_key_text(key),
+    )  # fmt: skip
+    checkpoint.signature = signatures.sign(key, checkpoint.document())
+    checkpoint.save()
+    return checkpoint

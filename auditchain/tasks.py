@@ -17,3 +17,10 @@ def link_entries() -> int:
 def verify_log() -> int:
     """Verify the whole log and record the outcome for the audit page; idempotent."""
     return services.verify_log().found
+
+
+@shared_task(name="auditchain.sign_checkpoint")
+def sign_checkpoint() -> int | None:
+    """Sign the chain's head (nothing if this host holds no audit key)."""
+    checkpoint = services.sign_checkpoint()
+    return None if checkpoint is None else checkpoint.position

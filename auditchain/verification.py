@@ -15,11 +15,15 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
+from sn_agent.signatures import signature_holds
 
-from auditchain.models import AuditLink, ChainHead
+from auditchain.keys import audit_key, trusted_public_keys
+from auditchain.models import AuditLink, ChainHead, Checkpoint
 from broker.audit import chain_code, entry_code
 from broker.models import AuditEntry
 
@@ -32,6 +36,9 @@ REMOVED = "removed"  # its link is there, the entry is not
 RELINKED = "relinked"  # its code is not the one it was linked with
 BROKEN = "broken"  # a link's code does not follow from the one before it
 UNLINKED = "unlinked"  # older than the chain's horizon, and not in the chain
+CUT = "cut"  # a signed checkpoint names a link that is gone or different
+UNSIGNED = "unsigned"  # a checkpoint whose signature does not hold for a trusted key
+STALE = "stale"  # this host signs checkpoints, and the newest is long past
 
 
 @dataclass(frozen=True)
@@ -50,10 +57,13 @@ def findings() -> Iterator[Finding]:
     yield from entry_findings(secrets)
     yield from chain_findings(secrets)
     yield from unlinked_findings()
+    yield from checkpoint_findings()
+    yield from stale_findings()
 
 
-def entry_findings(secrets: list[str]) -> Iterator[Finding]:
+def entry_findings(secrets: list[str] | None = None) -> Iterator[Finding]:
     """Every entry whose code does not hold, or that has none."""
+    secrets = secrets or [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]
     for entry in AuditEntry.objects.order_by("id").iterator(chunk_size=BATCH):
         finding = _finding(entry, secrets)
         if finding is not None:
@@ -132,4 +142,45 @@ def unlinked_findings() -> Iterator[Finding]:
         yield Finding(entry_id, UNLINKED, (
             f"entry {entry_id} is not in the chain, though written before entries that are: "
             "written around the console"
+        ))  # fmt: skip
+
+
+def checkpoint_findings() -> Iterator[Finding]:
+    """Checkpoints whose signature does not hold for a trusted public key, or whose link
+    is gone or different: the chain was cut back, or made again, before them."""
+    trusted = trusted_public_keys()
+    chains = {}
+    for checkpoint in Checkpoint.objects.order_by("signed_at", "id").iterator(BATCH):
+        if checkpoint.public_key not in trusted or not signature_holds(
+            checkpoint.public_key, checkpoint.document(), checkpoint.signature
+        ):
+            yield Finding(0, UNSIGNED, (
+                f"the checkpoint of {checkpoint.signed_at:%Y-%m-%d %H:%M:%S} (link "
+                f"{checkpoint.position}) is not signed by a key the auditors trust"
+            ))  # fmt: skip
+            continue
+        if checkpoint.position == 0:
+            continue
+        if checkpoint.position not in chains:
+            chains[checkpoint.position] = AuditLink.objects.filter(
+                position=checkpoint.position).values_list("chain", flat=True).first()  # fmt: skip
+        if chains[checkpoint.position] != checkpoint.chain:
+            yield Finding(0, CUT, (
+                f"the chain was cut back or made again: link {checkpoint.position}, signed "
+                f"at {checkpoint.signed_at:%Y-%m-%d %H:%M:%S}, is gone or not the one signed"
+            ))  # fmt: skip
+
+
+def stale_findings() -> Iterator[Finding]:
+    """On a host that signs checkpoints, none for two intervals: the newest ones were
+    removed (with the links after them, perhaps), or the beat stopped signing."""
+    if audit_key() is None:
+        return
+    newest = Checkpoint.objects.order_by("-signed_at").first()
+    since = timezone.now() - timedelta(seconds=2 * settings.AUDIT_CHECKPOINT_S)
+    if newest is None or newest.signed_at < since:
+        when = "ever" if newest is None else f"since {newest.signed_at:%Y-%m-%d %H:%M:%S}"
+        yield Finding(0, STALE, (
+            f"no checkpoint of the chain {when}, though this host holds the audit key: "
+            "the newest were removed, or the beat does not sign them"
         ))  # fmt: skip

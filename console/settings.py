@@ -364,6 +364,11 @@ SUMMARY_INTERVAL_S = env_int("SUMMARY_INTERVAL_S", 60, minimum=1)
 AUDIT_LINK_S = env_int("AUDIT_LINK_S", 5, minimum=1)
 # And the whole log verified on this interval, its outcome shown on the audit page.
 AUDIT_VERIFY_S = env_int("AUDIT_VERIFY_S", 3600, minimum=60)
+# And the chain's head signed on this interval with the console's audit key, if the
+# beat's host holds it (SIGNING_KEYS_DIR/console/audit.pem, manage.py audit_key);
+# checkpoints are checked with these public keys (comma-separated) and the host's own.
+AUDIT_CHECKPOINT_S = env_int("AUDIT_CHECKPOINT_S", 3600, minimum=10)
+AUDIT_CHECKPOINT_KEYS = env_list("AUDIT_CHECKPOINT_KEYS", [])
 CELERY_BEAT_SCHEDULE = {
     "recompute-summaries": {
         "task": "broker.recompute_summaries",
@@ -376,6 +381,10 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-reports": {"task": "reports.sweep", "schedule": 15.0},
     "link-audit-entries": {"task": "auditchain.link_entries", "schedule": float(AUDIT_LINK_S)},
     "verify-audit-log": {"task": "auditchain.verify_log", "schedule": float(AUDIT_VERIFY_S)},
+    "sign-audit-checkpoint": {
+        "task": "auditchain.sign_checkpoint",
+        "schedule": float(AUDIT_CHECKPOINT_S),
+    },
 }
 
 # API tokens stop working this many days after they were issued: clients' (agents log

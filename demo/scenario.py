@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 from sn_agent.signatures import public_key_text
 
+from auditchain.keys import audit_key, make_audit_key
 from broker import audit, seals
 from broker.attributes import check_values
 from broker.audit import Actor
@@ -217,6 +218,9 @@ def ensure_signing_keys() -> list[str]:
         if key is None or public_key_text(key.public_key()) != controller.signing_key:
             make_sender_key(client=controller, actor=SETUP)
             made.append(controller.name)
+    if audit_key() is None:  # the audit chain's checkpoints are signed with it
+        make_audit_key()
+        made.append("the console's audit key")
     return made
 
 

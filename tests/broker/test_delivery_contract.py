@@ -17,7 +17,7 @@ from channels.db import database_sync_to_async as in_thread
 from django.utils import timezone
 from sn_agent.client import Agent, AgentError
 
-from auditchain.verification import findings
+from auditchain.verification import entry_findings
 from broker.dispatch import transport
 from broker.dispatch.entry import send_unrouted_events
 from broker.models import Delivery, Event, ReceiverStream
@@ -262,7 +262,7 @@ def test_an_answer_is_recorded_and_audited_once_and_only_by_its_receiver(cast):
         mine.acked_at,
     )
     assert entry.details == {"delivery": mine.pk, "state": "acked"}
-    assert [f for f in findings() if f.entry_id == entry.pk] == []  # its code holds
+    assert [f for f in entry_findings() if f.entry_id == entry.pk] == []  # its code holds
     for delivery_id in (other.pk, 2**70):
         with pytest.raises(NotFound):
             acknowledge_delivery(

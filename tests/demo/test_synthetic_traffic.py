@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from auditchain.verification import findings
+from auditchain.verification import entry_findings
 from broker.audit import REFUSAL_CATEGORIES
 from broker.dispatch.delivery import REFUSAL_REASONS
 from broker.models import (
@@ -220,7 +220,7 @@ def test_every_answer_is_audited_once_as_the_service_audits_it(incident):
 
 def test_every_entry_written_carries_an_authentication_code_that_holds(incident):
     assert AuditEntry.objects.count() > 1000
-    assert list(findings()) == []
+    assert list(entry_findings()) == []
 
 
 def test_every_refusal_says_its_category_as_the_service_does(incident):

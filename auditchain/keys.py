@@ -1,0 +1,54 @@
+"""The console's audit key: an Ed25519 key whose private half is a file on the host
+that runs the beat (`SIGNING_KEYS_DIR/console/audit.pem`), never in the database, and
+whose public half the auditors keep (`AUDIT_CHECKPOINT_KEYS`): checkpoints of the
+chain are signed with it (auditchain.models.Checkpoint)."""
+
+from __future__ import annotations
+
+import os
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from django.conf import settings
+from sn_agent import signatures
+
+from broker import seals
+
+KIND, NAME = "console", "audit"
+
+
+def audit_key() -> Ed25519PrivateKey | None:
+    """The private key, if this host holds it."""
+    return seals.private_key(KIND, NAME)
+
+
+def make_audit_key() -> Ed25519PrivateKey:
+    """The key this host holds, made first if it holds none (the file written 0600,
+    never over an existing one). Needs SIGNING_KEYS_DIR."""
+    path = seals.key_path(KIND, NAME)
+    if path is None:
+        raise ValueError("SIGNING_KEYS_DIR is not set: there is nowhere to keep the key")
+    existing = audit_key()
+    if existing is not None:
+        return existing
+    key = signatures.new_private_key()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(signatures.private_key_pem(key))
+        file.flush()
+        os.fsync(file.fileno())
+    return key
+
+
+def public_key_text(key: Ed25519PrivateKey) -> str:
+    return signatures.public_key_text(key.public_key())
+
+
+def trusted_public_keys() -> set[str]:
+    """The public keys checkpoints are checked with: those the settings name (kept by
+    the auditors, outside the database), and this host's own key's."""
+    trusted = set(settings.AUDIT_CHECKPOINT_KEYS)
+    key = audit_key()
+    if key is not None:
+        trusted.add(public_key_text(key))
+    return trusted
