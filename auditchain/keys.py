@@ -6,6 +6,7 @@ chain are signed with it (auditchain.models.Checkpoint)."""
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
@@ -52,3 +53,12 @@ def trusted_public_keys() -> set[str]:
     if key is not None:
         trusted.add(public_key_text(key))
     return trusted
+
+
+def key_made_at() -> datetime | None:
+    """When this host's audit key file was written (None: it holds none): checkpoints
+    are expected from then on."""
+    path = seals.key_path(KIND, NAME)
+    if path is None or audit_key() is None:
+        return None
+    return datetime.fromtimestamp(path.stat().st_mtime, tz=UTC)

@@ -22,7 +22,7 @@ from django.db import connection
 from django.utils import timezone
 from sn_agent.signatures import signature_holds
 
-from auditchain.keys import audit_key, trusted_public_keys
+from auditchain.keys import key_made_at, trusted_public_keys
 from auditchain.models import AuditLink, ChainHead, Checkpoint
 from broker.audit import chain_code, entry_code
 from broker.models import AuditEntry
@@ -174,11 +174,12 @@ def checkpoint_findings() -> Iterator[Finding]:
 def stale_findings() -> Iterator[Finding]:
     """On a host that signs checkpoints, none for two intervals: the newest ones were
     removed (with the links after them, perhaps), or the beat stopped signing."""
-    if audit_key() is None:
+    made = key_made_at()
+    if made is None:
         return
     newest = Checkpoint.objects.order_by("-signed_at").first()
     since = timezone.now() - timedelta(seconds=2 * settings.AUDIT_CHECKPOINT_S)
-    if newest is None or newest.signed_at < since:
+    if made < since and (newest is None or newest.signed_at < since):
         when = "ever" if newest is None else f"since {newest.signed_at:%Y-%m-%d %H:%M:%S}"
         yield Finding(0, STALE, (
             f"no checkpoint of the chain {when}, though this host holds the audit key: "
