@@ -39,6 +39,11 @@ class ChainHead(models.Model):
     verified_links = models.BigIntegerField(default=0)
     findings = models.BigIntegerField(default=0)
     first_finding = models.TextField(blank=True, default="")
+    # Where it ended: the next one, run by the beat, starts there
+    # (auditchain.verification.Since).
+    verified_position = models.BigIntegerField(default=0)
+    verified_chain = models.CharField(max_length=64, blank=True, default="")
+    verified_horizon = models.BigIntegerField(default=0)
 
     def __str__(self) -> str:
         return f"chain head at {self.position}"

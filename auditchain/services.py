@@ -17,7 +17,7 @@ from sn_agent import signatures
 
 from auditchain import keys
 from auditchain.models import AuditLink, ChainHead, Checkpoint
-from auditchain.verification import Finding, findings
+from auditchain.verification import Finding, Since, findings
 from broker.audit import chain_code
 from broker.models import AuditEntry
 from broker.prepared import int_array, text_array
@@ -94,27 +94,58 @@ class Verification:
 
 def verify_log(*, listed: int = 100) -> Verification:
     """Verify the whole log (auditchain.verification) and record the outcome on the
-    chain's head, for the audit page."""
-    entries = AuditEntry.objects.count()
-    links = AuditLink.objects.count()
-    found, first = 0, []
-    for finding in findings():
-        found += 1
-        if found <= listed:
-            first.append(finding)
-    _record(entries, links, found, first[0].message if first else "")
+    chain's head, for the audit page: what `manage.py verify_audit` runs."""
+    head = ChainHead.objects.first() or ChainHead()
+    progress = Since(head.position, head.chain, head.horizon)
+    entries, links = AuditEntry.objects.count(), AuditLink.objects.count()
+    found, first = _run(findings(), listed)
+    _record(entries, links, found, first, progress=progress, full=True)
     return Verification(entries, links, found, first)
 
 
-def _record(entries: int, links: int, found: int, first_finding: str) -> None:
+def verify_since_last(*, listed: int = 100) -> Verification:
+    """Verify what was linked or written since the last verification (everything, the
+    first time), and every checkpoint; add what it finds to what the last one found:
+    what the beat runs every AUDIT_VERIFY_S, reading the new entries only. An entry
+    changed after it was verified is found by the next full verification."""
+    head = ChainHead.objects.first() or ChainHead()
+    if head.verified_at is None:
+        return verify_log(listed=listed)
+    since = Since(head.verified_position, head.verified_chain, head.verified_horizon)
+    progress = Since(head.position, head.chain, head.horizon)
+    found, first = _run(findings(since), listed)
+    links = progress.position
+    _record(links, links, found, first, progress=progress, full=False)
+    return Verification(links, links, found, first)
+
+
+def _run(found_by, listed: int) -> tuple[int, list[Finding]]:
+    found, first = 0, []
+    for finding in found_by:
+        found += 1
+        if found <= listed:
+            first.append(finding)
+    return found, first
+
+
+def _record(
+    entries: int, links: int, found: int, first: list[Finding], *, progress: Since, full: bool
+) -> None:
+    """The outcome on the chain's head: a full verification's replaces the last; one
+    since the last adds to it (a log that did not verify goes on not verifying until a
+    full verification finds nothing)."""
     with transaction.atomic():
         head = ChainHead.objects.select_for_update().first() or ChainHead.objects.create()
-        head.verified_at, head.verified_entries, head.verified_links = (
-            timezone.now(),
-            entries,
-            links,
-        )
+        if not full:
+            found += head.findings
+            first_finding = head.first_finding or (first[0].message if first else "")
+        else:
+            first_finding = first[0].message if first else ""
+        head.verified_at = timezone.now()
+        head.verified_entries, head.verified_links = entries, links
         head.findings, head.first_finding = found, first_finding
+        head.verified_position, head.verified_chain = progress.position, progress.chain
+        head.verified_horizon = progress.horizon
         head.save()
 
 

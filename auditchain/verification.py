@@ -50,13 +50,29 @@ class Finding:
     message: str
 
 
-def findings() -> Iterator[Finding]:
+@dataclass(frozen=True)
+class Since:
+    """Where an earlier verification ended: the links through `position` (the chain's
+    code there, `chain`) and the entries of transactions before `horizon` were checked."""
+
+    position: int
+    chain: str
+    horizon: int
+
+
+def findings(since: Since | None = None) -> Iterator[Finding]:
     """Everything the evidence does not vouch for: entries whose code does not hold (in
-    id order), then breaks in the chain (in its order), then entries around it."""
+    id order), then breaks in the chain (in its order), then entries around it, then the
+    checkpoints. With `since`, only what was linked or written after it (and every
+    checkpoint): an hourly verification that does not read a year's log again."""
     secrets = [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]
-    yield from entry_findings(secrets)
-    yield from chain_findings(secrets)
-    yield from unlinked_findings()
+    if since is None:
+        yield from entry_findings(secrets)
+        yield from chain_findings(secrets)
+        yield from unlinked_findings()
+    else:
+        yield from chain_findings(secrets, since=since)
+        yield from unlinked_findings(after=since.horizon)
     yield from checkpoint_findings()
     yield from stale_findings()
 
@@ -89,31 +105,50 @@ CHAIN = f"""
 SELECT l.position, l.entry_id, l.mac, l.chain, e.id IS NOT NULL, e.mac
 FROM {AuditLink._meta.db_table} l
 LEFT JOIN {AuditEntry._meta.db_table} e ON e.id = l.entry_id
+WHERE l.position > %s
 ORDER BY l.position
 """
 
 
-def chain_findings(secrets: list[str]) -> Iterator[Finding]:
-    """Walk the chain's links in order (a server-side cursor)."""
-    previous, expected = "", 1
+def chain_findings(secrets: list[str], *, since: Since | None = None) -> Iterator[Finding]:
+    """Walk the chain's links in order (a server-side cursor), from its start or from
+    `since`; from `since`, the codes of the entries linked after it are checked too
+    (from the start, `entry_findings` checks every entry's)."""
+    previous, expected = (since.chain, since.position + 1) if since else ("", 1)
     with connection.chunked_cursor() as cursor:
-        cursor.execute(CHAIN)
+        cursor.execute(CHAIN, [expected - 1])
         while rows := cursor.fetchmany(BATCH):
-            for position, entry_id, mac, chain, present, entry_mac in rows:
-                if position != expected:
-                    yield _gap(expected, position, entry_id)
-                if not any(chain_code(previous, entry_id, mac, secret=s) == chain for s in secrets):
-                    yield _broken(position, entry_id)
-                if not present:
-                    yield Finding(entry_id, REMOVED, (
-                        f"entry {entry_id} (link {position}) was removed from the audit log"
-                    ))  # fmt: skip
-                elif entry_mac != mac:
-                    yield Finding(entry_id, RELINKED, (
-                        f"entry {entry_id} (link {position}): its code was rewritten after "
-                        "it was linked"
-                    ))  # fmt: skip
-                previous, expected = chain, position + 1
+            if since is not None:
+                yield from _codes_of(rows, secrets)
+            for row in rows:
+                yield from _link_findings(previous, expected, row, secrets)
+                previous, expected = row[3], row[0] + 1
+
+
+def _link_findings(previous: str, expected: int, row: tuple, secrets) -> Iterator[Finding]:
+    """What one link (a row of CHAIN) shows, after the link `previous` at `expected - 1`."""
+    position, entry_id, mac, chain, present, entry_mac = row
+    if position != expected:
+        yield _gap(expected, position, entry_id)
+    if not any(chain_code(previous, entry_id, mac, secret=s) == chain for s in secrets):
+        yield _broken(position, entry_id)
+    if not present:
+        yield Finding(entry_id, REMOVED, (
+            f"entry {entry_id} (link {position}) was removed from the audit log"
+        ))  # fmt: skip
+    elif entry_mac != mac:
+        yield Finding(entry_id, RELINKED, (
+            f"entry {entry_id} (link {position}): its code was rewritten after it was linked"
+        ))  # fmt: skip
+
+
+def _codes_of(rows: list[tuple], secrets: list[str]) -> Iterator[Finding]:
+    """The codes of the entries these links name (those still there)."""
+    entries = AuditEntry.objects.in_bulk([row[1] for row in rows if row[4]])
+    for entry_id in sorted(entries):
+        finding = _finding(entries[entry_id], secrets)
+        if finding is not None:
+            yield finding
 
 
 def _gap(expected: int, position: int, entry_id: int) -> Finding:
@@ -130,12 +165,13 @@ def _broken(position: int, entry_id: int) -> Finding:
     ))  # fmt: skip
 
 
-def unlinked_findings() -> Iterator[Finding]:
-    """Entries that the chain's horizon says were linked, and are not."""
+def unlinked_findings(*, after: int = 0) -> Iterator[Finding]:
+    """Entries that the chain's horizon says were linked, and are not (of transactions
+    from `after` on)."""
     head = ChainHead.objects.first()
     if head is None:
         return
-    unlinked = AuditEntry.objects.filter(txid__lt=head.horizon).exclude(
+    unlinked = AuditEntry.objects.filter(txid__gte=after, txid__lt=head.horizon).exclude(
         id__in=AuditLink.objects.values("entry_id")
     )
     for entry_id in unlinked.order_by("id").values_list("id", flat=True).iterator(BATCH):

@@ -4,8 +4,9 @@ link changed or removed, and an entry slipped in behind the chain are each found
 import pytest
 from django.db import connection
 
+from auditchain import verification
 from auditchain.models import AuditLink, ChainHead
-from auditchain.services import link_entries
+from auditchain.services import link_entries, verify_log, verify_since_last
 from auditchain.verification import BROKEN, REMOVED, UNLINKED, findings
 from broker import audit
 from broker.audit import Actor
@@ -71,3 +72,31 @@ def test_an_entry_slipped_in_behind_the_chain_is_found(linked):
     slipped = AuditEntry.objects.latest("id").id
     link_entries()
     assert (slipped, UNLINKED) in problems()
+
+
+def test_the_hourly_verification_reads_only_what_came_since_and_keeps_what_it_found(
+    linked, monkeypatch
+):
+    assert verify_since_last().found == 0  # the first: everything
+    checked = []
+    original = verification._finding
+    counted = lambda entry, secrets: checked.append(entry.id) or original(entry, secrets)  # noqa: E731
+    monkeypatch.setattr(verification, "_finding", counted)
+    audit.record_change(actor=OFFICER, action="policy.set", target="client:web-8")
+    sql(
+        "INSERT INTO broker_auditentry (at, actor, action, target, outcome, reason, details)"
+        " VALUES (now(), 'user:audrey', 'policy.set', 'client:web-9', 'done', '', '{}')"
+    )
+    link_entries()
+    new = [e.id for e in AuditEntry.objects.filter(id__gt=linked[-1]).order_by("id")]
+    outcome = verify_since_last()
+    assert sorted(checked) == new and outcome.found == 1
+    assert verify_since_last().found == 0  # nothing new
+    assert ChainHead.objects.get().findings == 1  # it does not verify until a full run says so
+
+
+def test_an_entry_changed_after_it_was_verified_is_found_by_the_full_verification(linked):
+    verify_since_last()
+    sql("UPDATE broker_auditentry SET reason = 'rewritten' WHERE id = %s", [linked[0]])
+    assert verify_since_last().found == 0
+    assert [f.entry_id for f in verify_log().listed] == [linked[0]]
