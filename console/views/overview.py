@@ -8,6 +8,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from auditchain.reads import ChainState, chain_state
 from console import health, processes
 
 
@@ -44,6 +45,7 @@ def _health_checks(request: HttpRequest) -> HttpResponse:
         "all_ok": all(check.ok for check in checks),
         "processes": _processes_unless_database_down(),
         "late_after_s": processes.LATE_AFTER_S,
+        "audit": _audit_chain_unless_database_down(),
     }
     return render(request, "console/health.html#checks", context)
 
@@ -53,6 +55,14 @@ def _public_health_checks(request: HttpRequest, *, status: int) -> HttpResponse:
     checks = health.run_all_checks()
     context = {"checks": checks, "all_ok": all(check.ok for check in checks), "public": True}
     return render(request, "console/health.html#checks", context, status=status)
+
+
+def _audit_chain_unless_database_down() -> ChainState | None:
+    """The audit log's last verification (None while the database is down)."""
+    try:
+        return chain_state()
+    except DatabaseError:
+        return None
 
 
 def _processes_unless_database_down() -> processes.Processes:

@@ -5,6 +5,8 @@ from django.contrib import auth
 from django.db import OperationalError
 from django.urls import reverse
 
+from auditchain.services import link_entries, verify_log
+from broker.models import AuditEntry
 from console import health
 from tests.cast import log_in_proved
 
@@ -129,3 +131,19 @@ def test_full_health_page_starts_pending_and_asks_htmx_for_the_checks(client, op
     assert 'data-health-state="pending"' in body
     assert 'hx-get="/healthz"' in body
     assert 'hx-trigger="load, every 5s"' in body
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+def test_the_logged_in_page_says_whether_the_audit_log_verifies(
+    client, operator, settings, tmp_path
+):
+    settings.SIGNING_KEYS_DIR = str(tmp_path)  # no audit key: no checkpoint expected
+    log_in_proved(client, operator)
+    checks = lambda: client.get(reverse("health"), headers={"HX-Request": "true"}).content.decode()  # noqa: E731
+    assert 'data-audit-chain="unverified"' in checks()
+    link_entries()
+    verify_log()
+    assert 'data-audit-chain="verified"' in checks()
+    AuditEntry.objects.filter(pk=AuditEntry.objects.earliest("id").pk).update(reason="edited")
+    verify_log()
+    assert 'data-audit-chain="broken"' in checks()
