@@ -5,7 +5,6 @@ chain are signed with it (auditchain.models.Checkpoint)."""
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -13,6 +12,7 @@ from django.conf import settings
 from sn_agent import signatures
 
 from broker import seals
+from broker.services.signing_keys import write_private_key
 
 KIND, NAME = "console", "audit"
 
@@ -23,21 +23,14 @@ def audit_key() -> Ed25519PrivateKey | None:
 
 
 def make_audit_key() -> Ed25519PrivateKey:
-    """The key this host holds, made first if it holds none (the file written 0600,
-    never over an existing one). Needs SIGNING_KEYS_DIR."""
-    path = seals.key_path(KIND, NAME)
-    if path is None:
-        raise ValueError("SIGNING_KEYS_DIR is not set: there is nowhere to keep the key")
+    """The key this host holds, made first if it holds none (written as the senders'
+    and authorities' keys are: broker.services.signing_keys.write_private_key).
+    InvalidInput without SIGNING_KEYS_DIR."""
     existing = audit_key()
     if existing is not None:
         return existing
     key = signatures.new_private_key()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "wb") as file:
-        file.write(signatures.private_key_pem(key))
-        file.flush()
-        os.fsync(file.fileno())
+    write_private_key(KIND, NAME, key)
     return key
 
 

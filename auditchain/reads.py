@@ -19,7 +19,6 @@ class ChainState:
     links: int
     findings: int
     first_finding: str
-    linked: int
     checkpoint_at: datetime | None  # the newest signed checkpoint's time
 
 
@@ -29,7 +28,7 @@ def chain_state() -> ChainState:
     return ChainState(
         verified_at=head.verified_at, entries=head.verified_entries,
         links=head.verified_links, findings=head.findings,
-        first_finding=head.first_finding, linked=head.position,
+        first_finding=head.first_finding,
         checkpoint_at=Checkpoint.objects.order_by("-signed_at")
         .values_list("signed_at", flat=True).first(),
     )  # fmt: skip

@@ -16,6 +16,7 @@ import hmac
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from itertools import islice
 
 from django.conf import settings
 from django.db import connection
@@ -65,7 +66,7 @@ def findings(since: Since | None = None) -> Iterator[Finding]:
     id order), then breaks in the chain (in its order), then entries around it, then the
     checkpoints. With `since`, only what was linked or written after it (and every
     checkpoint): an hourly verification that does not read a year's log again."""
-    secrets = [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]
+    secrets = _secrets()
     if since is None:
         yield from entry_findings(secrets)
         yield from chain_findings(secrets)
@@ -77,9 +78,14 @@ def findings(since: Since | None = None) -> Iterator[Finding]:
     yield from stale_findings()
 
 
+def _secrets() -> list[str]:
+    """The keys codes may have been made with: the console's, then its earlier ones."""
+    return [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]
+
+
 def entry_findings(secrets: list[str] | None = None) -> Iterator[Finding]:
     """Every entry whose code does not hold, or that has none."""
-    secrets = secrets or [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]
+    secrets = secrets or _secrets()
     for entry in AuditEntry.objects.order_by("id").iterator(chunk_size=BATCH):
         finding = _finding(entry, secrets)
         if finding is not None:
@@ -185,26 +191,35 @@ def checkpoint_findings() -> Iterator[Finding]:
     """Checkpoints whose signature does not hold for a trusted public key, or whose link
     is gone or different: the chain was cut back, or made again, before them."""
     trusted = trusted_public_keys()
-    chains = {}
-    for checkpoint in Checkpoint.objects.order_by("signed_at", "id").iterator(BATCH):
-        if checkpoint.public_key not in trusted or not signature_holds(
-            checkpoint.public_key, checkpoint.document(), checkpoint.signature
-        ):
-            yield Finding(0, UNSIGNED, (
-                f"the checkpoint of {checkpoint.signed_at:%Y-%m-%d %H:%M:%S} (link "
-                f"{checkpoint.position}) is not signed by a key the auditors trust"
-            ))  # fmt: skip
-            continue
-        if checkpoint.position == 0:
-            continue
-        if checkpoint.position not in chains:
-            chains[checkpoint.position] = AuditLink.objects.filter(
-                position=checkpoint.position).values_list("chain", flat=True).first()  # fmt: skip
-        if chains[checkpoint.position] != checkpoint.chain:
-            yield Finding(0, CUT, (
-                f"the chain was cut back or made again: link {checkpoint.position}, signed "
-                f"at {checkpoint.signed_at:%Y-%m-%d %H:%M:%S}, is gone or not the one signed"
-            ))  # fmt: skip
+    checkpoints = Checkpoint.objects.order_by("signed_at", "id")
+    for batch in _batches(checkpoints.iterator(BATCH)):
+        positions = {c.position for c in batch}
+        chains = dict(AuditLink.objects.filter(position__in=positions)
+                      .values_list("position", "chain"))  # fmt: skip
+        for checkpoint in batch:
+            yield from _checkpoint_findings(checkpoint, trusted, chains)
+
+
+def _batches(items: Iterator[Checkpoint]) -> Iterator[list[Checkpoint]]:
+    while batch := list(islice(items, BATCH)):
+        yield batch
+
+
+def _checkpoint_findings(
+    checkpoint: Checkpoint, trusted: set[str], chains: dict[int, str]
+) -> Iterator[Finding]:
+    if checkpoint.public_key not in trusted or not signature_holds(
+        checkpoint.public_key, checkpoint.document(), checkpoint.signature
+    ):
+        yield Finding(0, UNSIGNED, (
+            f"the checkpoint of {checkpoint.signed_at:%Y-%m-%d %H:%M:%S} (link "
+            f"{checkpoint.position}) is not signed by a key the auditors trust"
+        ))  # fmt: skip
+    elif checkpoint.position and chains.get(checkpoint.position) != checkpoint.chain:
+        yield Finding(0, CUT, (
+            f"the chain was cut back or made again: link {checkpoint.position}, signed "
+            f"at {checkpoint.signed_at:%Y-%m-%d %H:%M:%S}, is gone or not the one signed"
+        ))  # fmt: skip
 
 
 def stale_findings() -> Iterator[Finding]:

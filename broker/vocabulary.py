@@ -246,10 +246,16 @@ ROLE_FLAGS = ("has_receivers", "has_senders")
 VOCABULARY_STAMP = _stamp_parts()
 # The same as columns of a statement that reads what the vocabulary types (selectors,
 # policies, summaries), so that `vocabulary_at` is at least as new as what it read.
+_STAMP_NAMES = [f"vocabulary_stamp_{n}" for n in range(len(VOCABULARY_STAMP))]
 STAMP_COLUMNS = ", ".join(
-    f"{part} AS vocabulary_stamp_{n}" for n, part in enumerate(VOCABULARY_STAMP)
+    f"{part} AS {name}" for part, name in zip(VOCABULARY_STAMP, _STAMP_NAMES, strict=True)
 )
-STAMP_WIDTH = len(VOCABULARY_STAMP)
+
+
+def stamp_of(row: Any) -> tuple:
+    """The stamp a model instance read with STAMP_COLUMNS (a raw query's) carries."""
+    return tuple(getattr(row, name) for name in _STAMP_NAMES)
+
 
 Checked = TypeVar("Checked")
 

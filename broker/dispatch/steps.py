@@ -37,7 +37,7 @@ from broker.dispatch.transport import RouteHop
 from broker.models import DispatcherSummary, Event, SummaryVersion, TrafficRecord
 from broker.prepared import prepared_cursor
 from broker.reads.clients import client_names
-from broker.vocabulary import FRESH_FOR_S, STAMP_COLUMNS, STAMP_WIDTH, vocabulary, vocabulary_at
+from broker.vocabulary import FRESH_FOR_S, STAMP_COLUMNS, stamp_of, vocabulary, vocabulary_at
 
 UP = TrafficRecord.Direction.UP
 DOWN = TrafficRecord.Direction.DOWN
@@ -361,7 +361,7 @@ _parsed: dict[int, tuple] = {}
 def _stored_summary(stored: DispatcherSummary) -> Summary:
     """The summary of the locked row `stored` (read without its data), parsed once per
     version of the row and vocabulary (equal vocabularies parse it alike)."""
-    words = vocabulary_at([getattr(stored, f"vocabulary_stamp_{n}") for n in range(STAMP_WIDTH)])
+    words = vocabulary_at(stamp_of(stored))
     read_as = (stored.version, stored.updated_at, words)
     cached = _parsed.get(stored.pk)
     if cached is not None and cached[:3] == read_as:

@@ -51,7 +51,7 @@ def make_sender_key(*, client: Client, actor: Actor) -> str:
     public_key = signatures.public_key_text(key.public_key())
     with transaction.atomic():
         set_signing_key(client=client, public_key=public_key, actor=actor)
-        _write_key(seals.SENDERS, client.name, key)
+        write_private_key(seals.SENDERS, client.name, key)
     return public_key
 
 
@@ -63,7 +63,7 @@ def make_authority_key(*, authority: Authority, actor: Actor) -> str:
     key = signatures.new_private_key()
     public_key = signatures.public_key_text(key.public_key())
     with transaction.atomic():
-        _write_key(seals.AUTHORITIES, authority.name, key)
+        write_private_key(seals.AUTHORITIES, authority.name, key)
         _record_authority_key(authority, public_key, actor)
     return public_key
 
@@ -117,9 +117,10 @@ def _seal_all_attestations_of(client: Client) -> int:
     )
 
 
-def _write_key(kind: str, name: str, key) -> None:
-    """Write the private key readable by its owner only, in place of any old one at
-    once (the console never signs with neither), the old one kept aside."""
+def write_private_key(kind: str, name: str, key) -> None:
+    """Write the private key readable by its owner only (SIGNING_KEYS_DIR/KIND/NAME.pem),
+    in place of any old one at once (the console never signs with neither), the old one
+    kept aside."""
     path = seals.key_path(kind, name)
     if path is None:
         raise InvalidInput("set SIGNING_KEYS_DIR to keep signing keys", field="SIGNING_KEYS_DIR")

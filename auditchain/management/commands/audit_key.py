@@ -7,6 +7,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from auditchain.keys import make_audit_key, public_key_text
+from broker.errors import BrokerError
 
 
 class Command(BaseCommand):
@@ -15,6 +16,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         try:
             key = make_audit_key()
-        except (ValueError, OSError) as error:
+        except BrokerError as error:
+            raise CommandError(error.message) from None
+        except OSError as error:
             raise CommandError(str(error)) from None
         self.stdout.write(public_key_text(key))
