@@ -21,6 +21,8 @@ from django.db import connection
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from lifecycle.reads import transaction_counter
+
 WORKER_ECHO_PREFIX = "sn-health:worker-echo:"
 POLL_INTERVAL_S = 0.02
 
@@ -71,9 +73,19 @@ def timed_check(name: str, probe: Callable[[], str]) -> CheckResult:
 
 
 def probe_database() -> str:
+    """The server's version; a failure when its transaction counter is behind the rows
+    it holds (restored from a logical dump and not yet moved: the tree, the reports'
+    export and the audit chain would each miss what is written from then on)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT version()")
         version = cursor.fetchone()[0]
+    counter = transaction_counter()
+    if counter.behind:
+        raise RuntimeError(
+            f"the transaction counter ({counter.next_value}) is behind the stored rows'"
+            f" ({counter.needed}, {counter.needed_by}): restored from a logical dump"
+            " and not moved; run manage.py after_restore (docs/operations.md)"
+        )
     return version.split(" on ")[0]
 
 

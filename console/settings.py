@@ -82,6 +82,7 @@ INSTALLED_APPS = [
     "broker",
     "reports",
     "auditchain",
+    "lifecycle",
     "demo",
 ]
 

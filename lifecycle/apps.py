@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class LifecycleConfig(AppConfig):
+    """The data's life in PostgreSQL: what a database restored from a backup needs
+    before the console may run on it (docs/operations.md)."""
+
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "lifecycle"
+    verbose_name = "Data lifecycle"

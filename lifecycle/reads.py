@@ -1,0 +1,81 @@
+"""What the database's transaction counter must be past, and whether it is.
+
+Rows carry the transaction that last wrote them (`txid`), and the readers that follow
+them (the leaves' client changes, the reports' export, the audit chain) keep watermarks
+of the same counter: each asks for what transactions between its watermark and
+PostgreSQL's snapshot xmin wrote. A base backup keeps the counter; a logical dump
+(`pg_dump`) restored into another server does not: that server counts from its own
+start, below every stored `txid`, and what is written there afterwards would look older
+than what the readers have already taken, and never be read. `manage.py after_restore`
+says so and what to run (docs/operations.md, "Restoring").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import connection
+from psycopg import sql
+
+# Columns that hold a watermark of the counter (a snapshot's xmin) under a name other
+# than `txid`: the counter must reach them, not pass them.
+WATERMARKS = (("auditchain_chainhead", "horizon"), ("auditchain_chainhead", "verified_horizon"))
+EPOCH_BITS = 32
+HIGHEST = sql.SQL("SELECT max({}) FROM {}")
+# The first value not handed out yet, as this transaction sees it: past its own, if it
+# has written (a snapshot's xmax does not count the transaction that takes it).
+NEXT_VALUE = """
+SELECT greatest(
+    pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
+    coalesce(pg_current_xact_id_if_assigned()::text::bigint + 1, 0)
+)"""
+
+
+@dataclass(frozen=True)
+class TransactionCounter:
+    """The counter's next value (`xmax` of a snapshot taken now) against the least
+    value the stored rows and watermarks need it to have reached, and where that is."""
+
+    next_value: int
+    needed: int
+    needed_by: str
+
+    @property
+    def behind(self) -> bool:
+        """Whether the counter is below what is stored: a logical restore."""
+        return self.needed > self.next_value
+
+    @property
+    def epoch_needed(self) -> int:
+        """The counter's epoch (its upper 32 bits, the one part `pg_resetwal -e` may
+        set freely) that puts every value it hands out past what is stored."""
+        return (self.needed >> EPOCH_BITS) + 1
+
+
+def transaction_counter() -> TransactionCounter:
+    """Read the counter and the highest stored `txid` and watermark, table by table:
+    each is the top of an index (every `txid` column is indexed)."""
+    with connection.cursor() as cursor:
+        cursor.execute(NEXT_VALUE)
+        next_value = cursor.fetchone()[0]
+        needed, needed_by = 0, "nothing"
+        for table, column, past in _counter_columns(cursor):
+            cursor.execute(HIGHEST.format(sql.Identifier(column), sql.Identifier(table)))
+            highest = cursor.fetchone()[0]
+            if highest is not None and highest + past > needed:
+                needed, needed_by = highest + past, f"{table}.{column}"
+    return TransactionCounter(next_value, needed, needed_by)
+
+
+def _counter_columns(cursor) -> list[tuple[str, str, int]]:
+    """(table, column, 1 when the counter must pass the value, 0 when reaching it is
+    enough) for every `txid` column of the schema's tables and every watermark."""
+    cursor.execute(
+        "SELECT c.relname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
+        " WHERE a.attname = 'txid' AND NOT a.attisdropped AND c.relkind IN ('r', 'p')"
+        " AND NOT c.relispartition AND c.relnamespace = current_schema()::regnamespace"
+        " ORDER BY c.relname"
+    )
+    columns = [(table, "txid", 1) for (table,) in cursor.fetchall()]
+    present = set(connection.introspection.table_names(cursor))
+    return columns + [(table, column, 0) for table, column in WATERMARKS if table in present]
