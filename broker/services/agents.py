@@ -27,6 +27,7 @@ from broker.services.clients import (
     state_attributes_of_clients,
     token_refused,
 )
+from broker.services.deliveries import AheadOfStream, catch_streams_up
 from broker.services.events import SenderSignature, publish_event
 from broker.services.policies import set_policy
 
@@ -73,10 +74,21 @@ def start_sessions(logins: list[Login], *, join: Join) -> list[OpenedSession | B
     if admitted:
         join([login.joining(client.pk) for login, client in admitted])
     ends = last_positions_of([client for _, client in admitted])
+    ends.update(_caught_up(admitted, ends))
     return [
         _opened(login, client, ends[client.pk]) if client else _refused_login(login)
         for login, client in paired
     ]
+
+
+def _caught_up(admitted: list[tuple[Login, Client]], ends: dict[int, int]) -> dict[int, int]:
+    """The streams of agents that hold positions beyond them, moved past those."""
+    ahead = [
+        AheadOfStream(client, ends[client.pk], login.after_position)
+        for login, client in admitted
+        if login.after_position is not None and login.after_position > ends[client.pk]
+    ]
+    return catch_streams_up(ahead=ahead) if ahead else {}
 
 
 def _refused_login(login: Login) -> AuthenticationFailed:

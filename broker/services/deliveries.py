@@ -361,3 +361,55 @@ def expire_unconfirmed() -> int:
     if events:
         transaction.on_commit(lambda: to_consoles.events_changed(events), robust=True)
     return expired
+
+
+# How far one login may move its client's stream: a restore loses the deliveries since
+# its backup, far fewer; and a client may not push its own numbering toward the end of
+# 64 bits, where no position would be left to give it.
+STREAM_CATCH_UP_MAX = 1_000_000
+
+
+@dataclass(frozen=True)
+class AheadOfStream:
+    """An agent logging in with `position`, beyond its stream's `end`: it holds
+    deliveries the database no longer has (restored from an older backup)."""
+
+    client: Client
+    end: int
+    position: int
+
+
+def catch_streams_up(*, ahead: list[AheadOfStream]) -> dict[int, int]:
+    """Move each stream's end and confirmed position up to what its agent holds (by
+    at most STREAM_CATCH_UP_MAX), so that the next delivery is numbered past it: the
+    agent would otherwise drop it as a repeat of one it has. Audited per client.
+    Returns {client id: the stream's new end}."""
+    moves = {a.client.pk: min(a.position, a.end + STREAM_CATCH_UP_MAX) for a in ahead}
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(CATCH_UP, [int_array(moves), int_array(moves.values())])
+            ends = dict(cursor.fetchall())
+        audit.record_changes([_caught_up(a, ends[a.client.pk]) for a in ahead])
+    return ends
+
+
+def _caught_up(ahead: AheadOfStream, end: int) -> audit.Change:
+    return audit.Change(
+        actor=Actor("client", ahead.client.name),
+        action="delivery.stream_caught_up",
+        target=f"client:{ahead.client.name}",
+        details={"from": ahead.end, "to": end, "agent_position": ahead.position},
+    )
+
+
+# In client order, as the leaves lock streams; only ever forward.
+CATCH_UP = """
+INSERT INTO broker_receiverstream AS s (client_id, last_position, confirmed_position)
+SELECT i.client_id, i.position, i.position
+FROM unnest(%s::bigint[], %s::bigint[]) AS i(client_id, position)
+ORDER BY i.client_id
+ON CONFLICT (client_id) DO UPDATE SET
+    last_position = greatest(s.last_position, EXCLUDED.last_position),
+    confirmed_position = greatest(s.confirmed_position, EXCLUDED.confirmed_position)
+RETURNING client_id, last_position
+"""
