@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from broker.audit import Actor
-from broker.dispatch.delivery import insert_deliveries, lock_leaf
+from broker.dispatch.delivery import NewDelivery, insert_deliveries, lock_leaf
 from broker.models import AttributeValue, Client, Delivery, Event
 from broker.services.events import publish_event
 from demo.scenario import SEND_TEMPLATES
@@ -122,17 +122,17 @@ def record_deliveries(event: Event, receiver_ids: list[int]) -> int:
     return recorded
 
 
-def _delivery(event: Event, receiver_id: int) -> Delivery:
-    delivery = Delivery(
-        event_id=event.pk,
+def _delivery(event: Event, receiver_id: int) -> NewDelivery:
+    return NewDelivery(
+        event_id=str(event.pk),
         receiver_id=receiver_id,
         sender_id=event.sender_id,
         channel=event.channel,
         sequence=event.sequence,
+        expires_at=event.expires_at,
         delivered_at=timezone.now(),
+        content=event.content,  # what insert_deliveries pushes
     )
-    delivery._content = event.content  # what insert_deliveries pushes
-    return delivery
 
 
 def state_by_share(receiver_id: int) -> str:

@@ -141,6 +141,14 @@ class EventAdmin(ReadOnlyAdmin):
     ordering = ("-published_at",)
 
 
+@admin.register(models.ArchivedEvent)
+class ArchivedEventAdmin(ReadOnlyAdmin):
+    list_display = ("event", "archived_at")
+    list_select_related = ("event__sender",)
+    date_hierarchy = "archived_at"
+    ordering = ("-archived_at",)
+
+
 @admin.register(models.SendTemplate)
 class SendTemplateAdmin(ReadOnlyAdmin):
     list_display = ("slug", "title", "sender", "channel", "saved_at")

@@ -330,6 +330,9 @@ class EventStatusOut(Schema):
     published_at: datetime
     expires_at: datetime
     counts: dict[str, int]
+    # True once retention dropped its deliveries: `counts` are as they were then, and
+    # `deliveries` is empty (each receiver's is in the reports' dataset).
+    archived: bool
     deliveries: list[DeliveryOut]
 
 

@@ -408,6 +408,23 @@ class Event(models.Model):
         return f"event {self.sender_id}/{self.channel}#{self.sequence}"
 
 
+class ArchivedEvent(models.Model):
+    """An event whose deliveries retention dropped (lifecycle.retention): what they came
+    to, by state, region and dispatcher, as its page counted them
+    (broker.reads.progress), so that its page, the events list and the API still show
+    them, and say where each receiver's fate still is (the reports' dataset)."""
+
+    event = models.OneToOneField(
+        Event, on_delete=models.CASCADE, primary_key=True, related_name="archive"
+    )
+    archived_at = models.DateTimeField()
+    # [[state, region, dispatcher, count], ...]: the rows broker.reads.progress counts.
+    counts = models.JSONField()
+
+    def __str__(self) -> str:
+        return f"archive of {self.event_id}"
+
+
 class SendTemplate(models.Model):
     """A ready-made send the console's Send page offers (`?template=SLUG`): the event
     to start from, checked as publishing checks one when it was saved. Saved by
@@ -437,6 +454,13 @@ class Delivery(models.Model):
     `expired`: the event's lifetime ended before the agent confirmed it.
     """
 
+    # A delivery whose event expired longer ago than this is final: no confirmation,
+    # answer, expiry or leaf reads it again, so that those read the partitions from
+    # then on only. Events live at most 7 days (broker.services.events.MAX_LIFETIME_S),
+    # so every event published since then expires within it.
+    FINAL_AFTER_DAYS = 8
+    FINAL_AFTER_SQL = f"now() - interval '{FINAL_AFTER_DAYS} days'"
+
     class State(models.TextChoices):
         PENDING = "pending"
         DELIVERED = "delivered"
@@ -465,6 +489,12 @@ class Delivery(models.Model):
     # commit order. Agents confirm, resume and detect gaps by it (docs/protocol.md).
     position = models.PositiveBigIntegerField()
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    # The event's expiry, copied: the table is partitioned by its day (migration 0026),
+    # so that every delivery of an event is in one partition, those of live events in
+    # the few from today on, and a day past retention is dropped whole. A query about
+    # one event names it, and one about live deliveries bounds it, so that PostgreSQL
+    # reads those partitions only.
+    expires_at = models.DateTimeField()
     delivered_at = models.DateTimeField()  # when it was recorded for the receiver
     received_at = models.DateTimeField(null=True, blank=True)  # confirmed by the agent
     acked_at = models.DateTimeField(null=True, blank=True)
@@ -473,9 +503,14 @@ class Delivery(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["event", "receiver"], name="one_delivery_per_receiver"),
+            # With the partitioning key: PostgreSQL enforces uniqueness per partition,
+            # and an event's deliveries share one. Positions are unique by the stream's
+            # counter (ReceiverStream), which hands each out once.
             models.UniqueConstraint(
-                fields=["receiver", "position"], name="one_delivery_per_position"
+                fields=["event", "receiver", "expires_at"], name="one_delivery_per_receiver"
+            ),
+            models.UniqueConstraint(
+                fields=["receiver", "position", "expires_at"], name="one_delivery_per_position"
             ),
         ]
         indexes = [

@@ -370,6 +370,15 @@ AUDIT_VERIFY_S = env_int("AUDIT_VERIFY_S", 3600, minimum=60)
 # checkpoints are checked with these public keys (comma-separated) and the host's own.
 AUDIT_CHECKPOINT_S = env_int("AUDIT_CHECKPOINT_S", 3600, minimum=10)
 AUDIT_CHECKPOINT_KEYS = env_list("AUDIT_CHECKPOINT_KEYS", [])
+# Retention (lifecycle): days of deliveries and traffic records older than these are
+# dropped, once the reports' export has covered them; at least 8 (a delivery is final
+# 8 days after its event expired, broker.models.Delivery.FINAL_AFTER_DAYS).
+RETAIN_DAYS = env_int("RETAIN_DAYS", 90, minimum=8)
+RETAIN_DAYS_BY_GROUP = {
+    "deliveries": env_int("RETAIN_DAYS_DELIVERIES", RETAIN_DAYS, minimum=8),
+    "traffic": env_int("RETAIN_DAYS_TRAFFIC", RETAIN_DAYS, minimum=8),
+}
+RETENTION_S = env_int("RETENTION_S", 3600, minimum=60)
 CELERY_BEAT_SCHEDULE = {
     "recompute-summaries": {
         "task": "broker.recompute_summaries",
@@ -385,6 +394,12 @@ CELERY_BEAT_SCHEDULE = {
     "sign-audit-checkpoint": {
         "task": "auditchain.sign_checkpoint",
         "schedule": float(AUDIT_CHECKPOINT_S),
+    },
+    "ensure-partitions": {"task": "lifecycle.ensure_partitions", "schedule": 600.0},
+    "apply-retention": {
+        "task": "lifecycle.apply_retention",
+        "schedule": float(RETENTION_S),
+        "options": {"queue": REPORTS_QUEUE},
     },
 }
 

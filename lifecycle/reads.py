@@ -13,15 +13,19 @@ says so and what to run (docs/operations.md, "Restoring").
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 
 from django.db import connection
 from psycopg import sql
+
+from lifecycle.partitions import PARTITIONED, PartitionedTable, composed, days_of
+from lifecycle.retention import Waiting, past_retention, retain_days, waiting_for
 
 # Columns that hold a watermark of the counter (a snapshot's xmin) under a name other
 # than `txid`: the counter must reach them, not pass them.
 WATERMARKS = (("auditchain_chainhead", "horizon"), ("auditchain_chainhead", "verified_horizon"))
 EPOCH_BITS = 32
-HIGHEST = sql.SQL("SELECT max({}) FROM {}")
+HIGHEST = "SELECT max({column}) FROM {table}"
 # The first value not handed out yet, as this transaction sees it: past its own, if it
 # has written (a snapshot's xmax does not count the transaction that takes it).
 NEXT_VALUE = """
@@ -60,7 +64,9 @@ def transaction_counter() -> TransactionCounter:
         next_value = cursor.fetchone()[0]
         needed, needed_by = 0, "nothing"
         for table, column, past in _counter_columns(cursor):
-            cursor.execute(HIGHEST.format(sql.Identifier(column), sql.Identifier(table)))
+            cursor.execute(
+                composed(HIGHEST, column=sql.Identifier(column), table=sql.Identifier(table))
+            )
             highest = cursor.fetchone()[0]
             if highest is not None and highest + past > needed:
                 needed, needed_by = highest + past, f"{table}.{column}"
@@ -79,3 +85,46 @@ def _counter_columns(cursor) -> list[tuple[str, str, int]]:
     columns = [(table, "txid", 1) for (table,) in cursor.fetchall()]
     present = set(connection.introspection.table_names(cursor))
     return columns + [(table, column, 0) for table, column in WATERMARKS if table in present]
+
+
+@dataclass(frozen=True)
+class TableRetention:
+    """One partitioned table as the health page shows it: how many days it keeps
+    and holds, rows waiting in its default partition (the beat has not made their
+    day yet), and the days past retention that are kept, and why."""
+
+    table: str
+    retain_days: int
+    days: list[date]
+    in_default: int
+    waiting: list[Waiting]
+
+    @property
+    def ok(self) -> bool:
+        return not self.waiting and not self.in_default
+
+
+def retention_state() -> list[TableRetention]:
+    """Every partitioned table's retention, now (the catalog, the default partitions'
+    rows and the watermark: no scan of a day's rows)."""
+    return [
+        TableRetention(
+            table=table.table,
+            retain_days=retain_days(table),
+            days=days_of(table),
+            in_default=_rows_in_default(table),
+            waiting=[
+                Waiting(table.table, day, waiting_for(table, day, live=False))
+                for day in past_retention(table)
+            ],
+        )
+        for table in PARTITIONED
+    ]
+
+
+def _rows_in_default(table: PartitionedTable) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            composed("SELECT count(*) FROM {default}", default=sql.Identifier(table.default))
+        )
+        return cursor.fetchone()[0]

@@ -186,6 +186,14 @@ def spawn_worker():
 
 
 @pytest.fixture(scope="session")
+def spark():
+    """The process's SparkSession (local), started once for the whole run."""
+    from reports import spark as reports_spark
+
+    return reports_spark.session()
+
+
+@pytest.fixture(scope="session")
 def reports_dataset(tmp_path_factory) -> Path:
     """The Parquet dataset folder of the session's reports worker (a test that exports
     from its own process must point REPORTS_DATASET here too)."""

@@ -29,6 +29,7 @@ from broker.dispatch.routed import (
     live_selectors,
 )
 from broker.dispatch.state import LEAF_LOCK_NAMESPACE, Before, LeafState
+from broker.models import Delivery
 from broker.prepared import int_array, prepared_cursor, text_array
 from broker.push import to_agents, to_consoles
 from broker.push.to_agents import Pushed
@@ -292,7 +293,12 @@ def _stream_events(stream: tuple[int, str], batch: list[RoutedEvent]) -> list[Ro
 # it must not stand for the receiver's place and hold back every genuine event after
 # it, so then, and only then, a second step finds the last sequence at or below the
 # ceiling, and the stream is said to be `unbacked` (docs/security.md).
-HELD = """
+# Only deliveries of events that expired at most Delivery.FINAL_AFTER_DAYS ago are read,
+# the partitions from then on: every event published since the oldest live one was,
+# expires in that range, so a receiver holds no live event above what is found there;
+# what it held before is below every live event's sequence, and a receiver found
+# behind by it is planned from the live events (`_planned`).
+HELD = f"""
     SELECT coalesce(CASE WHEN top.sequence > pairs.ceiling THEN backed.sequence
                          ELSE top.sequence END, 0) AS sequence,
         coalesce(top.sequence > pairs.ceiling, false) AS unbacked,
@@ -301,7 +307,7 @@ HELD = """
     LEFT JOIN LATERAL (
         SELECT d.sequence FROM broker_delivery AS d
         WHERE d.receiver_id = pairs.receiver_id AND d.sender_id = pairs.sender_id
-            AND d.channel = pairs.channel
+            AND d.channel = pairs.channel AND d.expires_at > {Delivery.FINAL_AFTER_SQL}
         ORDER BY d.sequence DESC
         LIMIT 1
     ) AS top ON true
@@ -310,6 +316,7 @@ HELD = """
         WHERE top.sequence > pairs.ceiling
             AND d.receiver_id = pairs.receiver_id AND d.sender_id = pairs.sender_id
             AND d.channel = pairs.channel AND d.sequence <= pairs.ceiling
+            AND d.expires_at > {Delivery.FINAL_AFTER_SQL}
         ORDER BY d.sequence DESC
         LIMIT 1
     ) AS backed ON true
@@ -399,6 +406,7 @@ class NewDelivery:
     sender_id: int
     channel: str
     sequence: int
+    expires_at: datetime  # the event's: the row's partition
     delivered_at: datetime
     content: dict[str, Any]  # pushed with the notification, not stored twice
 
@@ -410,6 +418,7 @@ def _delivery(event: RoutedEvent, receiver_id: int) -> NewDelivery:
         event.sender_id,
         event.channel,
         event.sequence,
+        event.expires_at,
         timezone.now(),
         event.content,
     )
@@ -434,8 +443,9 @@ INSERT_DELIVERIES = f"""
 WITH input AS (
     SELECT * FROM unnest(
         %s::uuid[], %s::bigint[], %s::bigint[], %s::text[], %s::bigint[],
-        %s::timestamptz[], %s::bigint[]
-    ) WITH ORDINALITY AS t(event_id, receiver_id, sender_id, channel, sequence, at, after, ord)
+        %s::timestamptz[], %s::timestamptz[], %s::bigint[]
+    ) WITH ORDINALITY
+        AS t(event_id, receiver_id, sender_id, channel, sequence, expires_at, at, after, ord)
 ), streams AS MATERIALIZED (
     SELECT s.sender_id, s.channel, cursor.ceiling
     FROM (SELECT DISTINCT sender_id, channel FROM input) AS s
@@ -458,6 +468,7 @@ WITH input AS (
         AND NOT (held.unbacked AND EXISTS (
             SELECT FROM broker_delivery AS d
             WHERE d.event_id = input.event_id AND d.receiver_id = input.receiver_id
+                AND d.expires_at = input.expires_at
         ))
 ), moved AS (
     INSERT INTO broker_receiverstream (client_id, last_position, confirmed_position)
@@ -468,11 +479,13 @@ WITH input AS (
 ), ends AS MATERIALIZED (
     SELECT jsonb_object_agg(client_id, last_position) AS last_position FROM moved
 ), inserted AS (
-    INSERT INTO broker_delivery
-        (event_id, receiver_id, sender_id, channel, sequence, position, state, delivered_at)
+    INSERT INTO broker_delivery (
+        event_id, receiver_id, sender_id, channel, sequence, position, state, expires_at,
+        delivered_at
+    )
     SELECT fresh.event_id, fresh.receiver_id, fresh.sender_id, fresh.channel, fresh.sequence,
         (ends.last_position ->> fresh.receiver_id::text)::bigint - fresh.n + fresh.nth,
-        'pending', fresh.at
+        'pending', fresh.expires_at, fresh.at
     FROM fresh CROSS JOIN ends
     RETURNING id, event_id, receiver_id, position
 )
@@ -532,6 +545,7 @@ def _columns(rows: list[tuple[NewDelivery, int]]) -> list[str]:
         int_array(d.sender_id for d, _ in rows),
         text_array(d.channel for d, _ in rows),
         int_array(d.sequence for d, _ in rows),
+        text_array(d.expires_at for d, _ in rows),
         text_array(d.delivered_at for d, _ in rows),
         int_array(after for _, after in rows),
     ]

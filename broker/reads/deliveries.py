@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from broker.models import (
@@ -33,7 +33,7 @@ def deliveries_to_replay(
         receiver=client,
         position__gt=after_position,
         position__lte=through,
-        event__expires_at__gt=timezone.now(),
+        expires_at__gt=timezone.now(),  # the event's: the live partitions only
     )
     if unanswered_only:
         query = query.filter(state__in=UNANSWERED)
@@ -98,6 +98,12 @@ def position_after_delivery(client: Client, delivery_id: int) -> int:
     return next(iter(found.values_list("position", flat=True)[:1]), 0)
 
 
+def deliveries_of(event: Event) -> QuerySet[Delivery]:
+    """The event's deliveries, read from the one partition that holds them (by its
+    expiry, Delivery.expires_at) instead of looked for in every day's."""
+    return Delivery.objects.filter(event=event, expires_at=event.expires_at)
+
+
 def recent_deliveries(client: Client, *, limit: int = 50) -> list[Delivery]:
     """The client's newest deliveries with their events and senders."""
     query = Delivery.objects.filter(receiver=client).select_related("event", "sender")
@@ -106,7 +112,12 @@ def recent_deliveries(client: Client, *, limit: int = 50) -> list[Delivery]:
 
 def delivery_states(client: Client, events: Iterable[Event]) -> dict:
     """{event id: state of its delivery to `client`} for those of `events` it got."""
-    rows = Delivery.objects.filter(receiver=client, event__in=[e.pk for e in events])
+    events = list(events)
+    rows = Delivery.objects.filter(
+        receiver=client,
+        event__in=[e.pk for e in events],
+        expires_at__in={e.expires_at for e in events},  # their partitions only
+    )
     return dict(rows.values_list("event_id", "state"))
 
 

@@ -4,11 +4,13 @@ whom an event would reach if published now."""
 from __future__ import annotations
 
 from broker.models import (
+    ArchivedEvent,
     Client,
     Delivery,
     Event,
 )
 from broker.reads.clients import attested_attributes, attributes_by_client
+from broker.reads.deliveries import deliveries_of
 from broker.reads.policies import newest_policies
 from broker.vocabulary import vocabulary
 from policies import Selector
@@ -27,21 +29,27 @@ def published_facts(event: Event) -> dict:
 
 def event_status(event: Event) -> dict:
     """An event (its sender loaded with it) and what became of it at each receiver,
-    receivers by name, with counts per state: one query for every delivery."""
+    receivers by name, with counts per state: one query for every delivery (or the
+    counts retention kept, when it dropped them)."""
     deliveries = list(
-        Delivery.objects.filter(event=event)
+        deliveries_of(event)
         .order_by("receiver__name")
         .values("receiver__name", *DELIVERY_STATUS_FIELDS)
     )
+    # An event with deliveries still has all of them: only one without may be archived.
+    archive = None if deliveries else ArchivedEvent.objects.filter(event=event).first()
     counts = dict.fromkeys(Delivery.State.values, 0)
     for delivery in deliveries:
         counts[delivery["state"]] += 1
+    for state, _, _, count in archive.counts if archive else []:
+        counts[state] += count
     return {
         **published_facts(event),
         "sender": event.sender.name,
         "content": event.content,
         "selector": event.selector,
         "counts": counts,
+        "archived": archive is not None,
         "deliveries": [_delivery_status(row) for row in deliveries],
     }
 

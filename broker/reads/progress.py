@@ -16,7 +16,8 @@ from django.db import connection
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
-from broker.models import Delivery, Event
+from broker.models import ArchivedEvent, Delivery, Event
+from broker.reads.deliveries import deliveries_of
 
 State = Delivery.State
 NO_REGION = "(no region)"
@@ -77,6 +78,8 @@ class Progress:
     total: Tally = field(default_factory=Tally)
     by_region: list[Tally] = field(default_factory=list)
     by_dispatcher: list[Tally] = field(default_factory=list)
+    # Counted when retention dropped its deliveries (ArchivedEvent), not now.
+    archived: bool = False
 
     @property
     def live(self) -> bool:
@@ -99,22 +102,34 @@ JOIN broker_client AS c ON c.id = d.receiver_id
 LEFT JOIN broker_dispatcher AS dispatcher ON dispatcher.id = c.dispatcher_id
 LEFT JOIN broker_attributevalue AS region
        ON region.client_id = d.receiver_id AND region.name = 'region'
-WHERE d.event_id = %s
+WHERE d.event_id = %s AND d.expires_at = %s  -- the event's partition only
 GROUP BY 1, 2, 3
 """
 
 
 def event_progress(event: Event) -> Progress:
-    """The event's deliveries counted by state, region and dispatcher (one query)."""
+    """The event's deliveries counted by state, region and dispatcher (one query), or
+    as they were counted when retention dropped them."""
+    archive = ArchivedEvent.objects.filter(event=event).first()
+    if archive is not None:
+        progress = progress_of(event, archive.counts)
+        progress.archived = True
+        return progress
+    with connection.cursor() as cursor:
+        cursor.execute(STATE_COUNTS, [NO_REGION, NO_DISPATCHER, event.pk, event.expires_at])
+        return progress_of(event, cursor.fetchall())
+
+
+def progress_of(event: Event, counts) -> Progress:
+    """The event's progress from its deliveries' counts: (state, region, dispatcher,
+    count) rows, as STATE_COUNTS reads them (or an archive kept them)."""
     progress = Progress(event=event, now=timezone.now())
     regions: dict[str, Tally] = {}
     dispatchers: dict[str, Tally] = {}
-    with connection.cursor() as cursor:
-        cursor.execute(STATE_COUNTS, [NO_REGION, NO_DISPATCHER, event.pk])
-        for state, region, dispatcher, count in cursor.fetchall():
-            progress.total.add(state, count)
-            regions.setdefault(region, Tally(region)).add(state, count)
-            dispatchers.setdefault(dispatcher, Tally(dispatcher)).add(state, count)
+    for state, region, dispatcher, count in counts:
+        progress.total.add(state, count)
+        regions.setdefault(region, Tally(region)).add(state, count)
+        dispatchers.setdefault(dispatcher, Tally(dispatcher)).add(state, count)
     progress.by_region = sorted(regions.values(), key=lambda tally: tally.label)
     progress.by_dispatcher = sorted(dispatchers.values(), key=lambda tally: tally.label)
     return progress
@@ -123,7 +138,8 @@ def event_progress(event: Event) -> Progress:
 def unanswered(progress: Progress, *, page: int) -> Page:
     """A page of the receivers of the event that have not answered, by name."""
     rows = (
-        Delivery.objects.filter(event=progress.event, state__in=UNANSWERED_STATES)
+        deliveries_of(progress.event)
+        .filter(state__in=UNANSWERED_STATES)
         .order_by("receiver__name")
         .values("receiver__name", "state", "delivered_at", "received_at")
     )
@@ -145,7 +161,7 @@ class CountedPaginator(Paginator):
 
 def failed(event: Event, *, limit: int = PAGE_SIZE) -> list[dict]:
     """The receivers that answered "failed", with the result their agent reported."""
-    rows = Delivery.objects.filter(event=event, state=State.FAILED).order_by("receiver__name")
+    rows = deliveries_of(event).filter(state=State.FAILED).order_by("receiver__name")
     return list(rows.values("receiver__name", "acked_at", "result")[:limit])
 
 
@@ -161,15 +177,32 @@ def recent_events(*, sender: str = "", live_only: bool = False) -> QuerySet[Even
 
 
 def with_counts(events: list[Event]) -> list[Event]:
-    """`events` with `.tally` set: their deliveries by state, in one query."""
+    """`events` with `.tally` set: their deliveries by state, in one query (or as
+    retention kept them, and then `.archived`)."""
     tallies = {event.pk: Tally() for event in events}
     counts = (
-        Delivery.objects.filter(event_id__in=list(tallies))
+        Delivery.objects.filter(
+            event_id__in=list(tallies),
+            expires_at__in={event.expires_at for event in events},  # their partitions only
+        )
         .values("event_id", "state")
         .annotate(n=Count("id"))
     )
     for row in counts:
         tallies[row["event_id"]].add(row["state"], row["n"])
+    archived = _archived_tallies(list(tallies))
     for event in events:
-        event.tally = tallies[event.pk]
+        event.archived = event.pk in archived
+        event.tally = archived.get(event.pk) or tallies[event.pk]
     return events
+
+
+def _archived_tallies(event_ids: list) -> dict:
+    """{event id: its tally as retention kept it} for those of `event_ids` archived."""
+    tallies = {}
+    kept = ArchivedEvent.objects.filter(event__in=event_ids).values_list("event_id", "counts")
+    for event_id, counts in kept:
+        tallies[event_id] = Tally()
+        for state, _, _, count in counts:
+            tallies[event_id].add(state, count)
+    return tallies

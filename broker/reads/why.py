@@ -15,8 +15,17 @@ from typing import Any
 
 from django.utils import timezone
 
-from broker.models import Client, Delivery, Dispatcher, Event, PolicyVersion, TrafficRecord
+from broker.models import (
+    ArchivedEvent,
+    Client,
+    Delivery,
+    Dispatcher,
+    Event,
+    PolicyVersion,
+    TrafficRecord,
+)
 from broker.reads.clients import current_attributes
+from broker.reads.deliveries import deliveries_of
 from broker.reads.history import Lapse, Provenance, attributes_as_of, lapsed_as_of, policy_as_of
 from broker.reads.policies import current_policy
 from broker.vocabulary import stored_selector, vocabulary
@@ -183,6 +192,9 @@ class Why:
     route: Route
     live: bool
     came_later: bool  # delivered, though it did not match when the event was published
+    # Retention dropped the event's deliveries: whether this one was among them is in
+    # the reports' dataset, not here (the checks still say whether it matched).
+    archived: bool = False
 
     @property
     def delivered(self) -> bool:
@@ -201,7 +213,7 @@ class Why:
 
 def why(event: Event, client: Client) -> Why:
     """Explain whether `client` got `event` and why, on the values as they were."""
-    delivery = Delivery.objects.filter(event=event, receiver=client).first()
+    delivery = deliveries_of(event).filter(receiver=client).first()
     moment = delivery.delivered_at if delivery else event.published_at
     live = event.expires_at > timezone.now()
     selector = stored_selector(event.selector, vocabulary())
@@ -216,6 +228,7 @@ def why(event: Event, client: Client) -> Why:
         route=route_to(event, client, delivered_there=delivery is not None and not came_later),
         live=live,
         came_later=came_later,
+        archived=ArchivedEvent.objects.filter(event=event).exists(),
     )
 
 
@@ -392,6 +405,11 @@ def _hop(record: TrafficRecord, names: dict, parents: dict, way: list, delivered
 def _verdict_words(found: Why) -> str:
     if found.delivered:
         return _delivered_words(found)
+    if found.archived:
+        return (
+            "may have got it: the event's deliveries were removed by retention, and whether"
+            " it had one is in the reports (the reach report of the minute it was sent)"
+        )
     reason = _refusal(found)
     return f"did not get it: {reason}"
 

@@ -109,15 +109,16 @@ def _no_such_delivery(delivery_id: int) -> NotFound:
 # Answers in one statement: the deliveries locked (in id order), each answered unless it
 # already was; then for each answer, whether its delivery was found, its state before,
 # whether its result was this one, its event, whether this answered it, and the time.
-ANSWER_ALL = """
+ANSWER_ALL = f"""
 WITH input AS (
     SELECT * FROM unnest(%(deliveries)s::bigint[], %(receivers)s::bigint[], %(states)s::text[],
                          %(results)s::jsonb[], %(actors)s::text[])
         WITH ORDINALITY AS i(delivery, receiver, state, result, actor, ord)
 ),
 old AS (
-    SELECT d.id, d.state, d.result, d.event_id, input.ord
+    SELECT d.id, d.expires_at, d.state, d.result, d.event_id, input.ord
     FROM broker_delivery AS d JOIN input ON d.id = input.delivery AND d.receiver_id = input.receiver
+    WHERE d.expires_at > {Delivery.FINAL_AFTER_SQL}
     ORDER BY d.id FOR UPDATE OF d
 ),
 answered AS (
@@ -125,7 +126,7 @@ answered AS (
     SET state = input.state, result = input.result, acked_at = now(),
         received_at = coalesce(d.received_at, now())
     FROM old JOIN input ON input.ord = old.ord
-    WHERE d.id = old.id AND old.state NOT IN ('acked', 'failed')
+    WHERE d.id = old.id AND d.expires_at = old.expires_at AND old.state NOT IN ('acked', 'failed')
     RETURNING d.id, d.event_id, input.ord, input.state, input.actor
 )
 SELECT old.id IS NOT NULL, old.state, old.result IS NOT DISTINCT FROM input.result,
@@ -316,7 +317,7 @@ marked AS (
     FROM locked
     WHERE d.receiver_id = locked.client_id
       AND d.position > locked.confirmed_position AND d.position <= locked.position
-      AND d.state IN ('pending', 'expired')
+      AND d.state IN ('pending', 'expired') AND d.expires_at > {final}
     RETURNING d.receiver_id, d.event_id
 ),
 moved AS (
@@ -332,7 +333,9 @@ ORDER BY stream.ord
 
 def _confirm_all(confirmations: list[Confirmation]) -> list[tuple]:
     # The live-token rule's one parameter (the digest) is each row's own.
-    sql = CONFIRM_ALL.format(live_ids=live_token_ids_sql().replace("%s", "input.digest"))
+    sql = CONFIRM_ALL.format(
+        live_ids=live_token_ids_sql().replace("%s", "input.digest"), final=Delivery.FINAL_AFTER_SQL
+    )
     columns = [
         int_array(c.client.pk for c in confirmations),
         int_array(c.position for c in confirmations),
@@ -343,10 +346,10 @@ def _confirm_all(confirmations: list[Confirmation]) -> list[tuple]:
         return cursor.fetchall()
 
 
-EXPIRE_UNCONFIRMED = """
+EXPIRE_UNCONFIRMED = f"""
 UPDATE broker_delivery AS d SET state = 'expired'
-FROM broker_event AS e
-WHERE d.state = 'pending' AND d.event_id = e.id AND e.expires_at <= now()
+WHERE d.state = 'pending' AND d.expires_at <= now()
+    AND d.expires_at > {Delivery.FINAL_AFTER_SQL}
 RETURNING d.event_id
 """
 

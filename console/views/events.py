@@ -3,9 +3,13 @@ live, server by server, and resends to those that did not answer."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+from urllib.parse import urlencode
+
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
@@ -13,6 +17,8 @@ from broker.models import Event
 from broker.reads.progress import event_progress, failed, recent_events, unanswered, with_counts
 from broker.roles import READ
 from console.access import requires
+from reports.filters import query_of
+from reports.results import Params
 
 EVENTS_PER_PAGE = 50
 
@@ -42,8 +48,19 @@ def event_page(request: HttpRequest, event_id) -> HttpResponse:
     context = {
         "event": event,
         "progress": progress,
-        "waiting": unanswered(progress, page=request.GET.get("page")),
-        "failures": failed(event),
         "resends": list(event.resends.order_by("published_at").values("pk", "published_at")),
     }
+    if progress.archived:
+        context["archived_reports"] = _reports_covering(event)
+    else:
+        context["waiting"] = unanswered(progress, page=request.GET.get("page"))
+        context["failures"] = failed(event)
     return render(request, "console/event.html", context)
+
+
+def _reports_covering(event: Event) -> str:
+    """The reach report's page over the minute the event was sent in (each receiver's
+    fate is there once retention dropped its deliveries from the database)."""
+    start = event.published_at.replace(second=0, microsecond=0)
+    window = Params(window_start=start, window_end=start + timedelta(minutes=1))
+    return f"{reverse('report', args=['reach'])}?{urlencode(query_of(window))}"

@@ -10,6 +10,7 @@ from django.views.decorators.http import require_GET
 
 from auditchain.reads import ChainState, chain_state
 from console import health, processes
+from lifecycle.reads import TableRetention, retention_state
 
 
 @require_GET
@@ -46,6 +47,7 @@ def _health_checks(request: HttpRequest) -> HttpResponse:
         "processes": _processes_unless_database_down(),
         "late_after_s": processes.LATE_AFTER_S,
         "audit": _audit_chain_unless_database_down(),
+        "retention": _retention_unless_database_down(),
     }
     return render(request, "console/health.html#checks", context)
 
@@ -61,6 +63,14 @@ def _audit_chain_unless_database_down() -> ChainState | None:
     """The audit log's last verification (None while the database is down)."""
     try:
         return chain_state()
+    except DatabaseError:
+        return None
+
+
+def _retention_unless_database_down() -> list[TableRetention] | None:
+    """Each partitioned table's retention (None while the database is down)."""
+    try:
+        return retention_state()
     except DatabaseError:
         return None
 

@@ -43,6 +43,7 @@ from demo.synthetic.policies import PolicyTimeline, plan_policy_changes
 from demo.synthetic.records import AuditRows, number_events, write_events, write_hops
 from demo.synthetic.roster import Fleet, Sender, Tree, read_senders
 from demo.synthetic.routing import Router
+from lifecycle.partitions import ensure_partitions
 
 __all__ = ["NothingToDeliver", "Request", "Written", "demo_loaded", "generate_traffic"]
 
@@ -102,6 +103,9 @@ def generate_traffic(request: Request) -> Written:
         request.controllers, registered_at=registered_at
     )
     rng = random.Random(request.seed)
+    # The days it writes have their partitions before the first COPY: rows a default
+    # partition took would be moved again, one day at a time.
+    ensure_partitions(first=request.start.date() - timedelta(days=1))
     world = _world(Incident.beginning(request.start, timezone.now()), extra, rng)
     events = plan_events(Planner(world, rng), request.deliveries)
     with transaction.atomic():

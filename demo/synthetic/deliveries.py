@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from broker.audit import authentication_code
 from broker.models import AuditEntry, Client, Delivery, ReceiverStream
 from demo.bulk import NULL, copy_escape, copy_rows, copy_text
-from demo.synthetic.clock import MS, US, Stamps
+from demo.synthetic.clock import MS, US, Stamps, to_datetime
 from demo.synthetic.incident import Fate, behaviour
 from demo.synthetic.records import DONE, ENTRY_FIELDS
 from demo.synthetic.roster import Fleet, Receiver
@@ -66,7 +66,7 @@ ANSWERS = {
 }
 OK_HEAD = '{"exit_code": 0, "output": "'
 DELIVERY_FIELDS = [
-    "event", "receiver", "sender", "channel", "sequence", "position", "state",
+    "event", "receiver", "sender", "channel", "sequence", "expires_at", "position", "state",
     "delivered_at", "received_at", "acked_at", "result",
 ]  # fmt: skip
 
@@ -76,7 +76,7 @@ class EventLine:
     """What all the deliveries of one event share, ready for COPY lines."""
 
     head: str  # event id and a tab
-    middle: str  # sender, channel, sequence between tabs
+    middle: str  # sender, channel, sequence and the event's expiry between tabs
     arrivals: dict[int, int]  # leaf: when the event reached it
     expires: int
     answer_us: float  # the answer's median delay
@@ -89,8 +89,10 @@ class EventLine:
         answer = ANSWERS.get(event.send.action, ANSWERS["alert"])
         channel = copy_escape(event.send.channel)
         tail = answer.output and copy_escape(json.dumps(answer.output)[1:-1]) + '"}'
+        expiry = to_datetime(event.expires_at).isoformat()
         return cls(
-            f"{event.id}\t", f"\t{event.sender.id}\t{channel}\t{event.sequence}\t",
+            f"{event.id}\t",
+            f"\t{event.sender.id}\t{channel}\t{event.sequence}\t{expiry}\t",
             event.route.arrivals, event.expires_at, answer.median_s * US, answer.failing,
             tail, copy_escape(json.dumps(answer.error)),
         )  # fmt: skip

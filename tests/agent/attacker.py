@@ -56,7 +56,8 @@ def forged_delivery(event: Event) -> Delivery:
     return Delivery.objects.create(
         event=event, receiver=Client.objects.get(name=SERVER), sender_id=event.sender_id,
         channel=event.channel,
-        sequence=event.sequence, position=next_position(), delivered_at=timezone.now(),
+        sequence=event.sequence, expires_at=event.expires_at, position=next_position(),
+        delivered_at=timezone.now(),
     )  # fmt: skip
 
 
@@ -115,6 +116,7 @@ def junk_deliveries(genuine: Event, count: int) -> list[Delivery]:
     first = next_position(count)
     return Delivery.objects.bulk_create(
         Delivery(event=event, receiver=receiver, sender_id=event.sender_id, channel=event.channel,
-                 sequence=event.sequence, position=first + n, delivered_at=now)
+                 sequence=event.sequence, expires_at=event.expires_at, position=first + n,
+                 delivered_at=now)
         for n, event in enumerate(events)
     )  # fmt: skip

@@ -1,6 +1,6 @@
-"""Fixtures of the benchmarks' tests: the reports' SparkSession and worm incident
-(tests/reports/conftest.py), for the reports baseline's test."""
+"""Fixtures of the benchmarks' tests: the reports' worm incident (tests/reports/conftest.py),
+for the reports baseline's test (the SparkSession, `spark`, is tests/conftest.py's)."""
 
-from tests.reports.conftest import spark, worm_incident
+from tests.reports.conftest import worm_incident
 
-__all__ = ["spark", "worm_incident"]
+__all__ = ["worm_incident"]

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from broker.dispatch.summary import Summary
 from broker.models import (
+    ArchivedEvent,
     Client,
     Delivery,
     Dispatcher,
@@ -75,6 +76,9 @@ def _records(operator):
         for d in Dispatcher.objects.all()
     )
     TrafficWatermark.objects.create(last_entry="1790000000000-0")
+    ArchivedEvent.objects.create(
+        event=Event.objects.first(), archived_at=timezone.now(), counts=[["acked", "eu", "d0", 3]]
+    )
     return scenario
 
 
@@ -84,7 +88,8 @@ def _deliver(event: Event, servers: list[Client], *, position: int) -> None:
     Delivery.objects.bulk_create(
         Delivery(
             event=event, receiver=server, sender=event.sender, channel=event.channel,
-            sequence=event.sequence, position=position, delivered_at=now,
+            sequence=event.sequence, expires_at=event.expires_at, position=position,
+            delivered_at=now,
         )
         for server in servers
     )  # fmt: skip

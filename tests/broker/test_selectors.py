@@ -76,7 +76,7 @@ def _deliver(event: Event, receivers: list[Client]) -> None:
     Delivery.objects.bulk_create(
         Delivery(
             event=event, receiver=receiver, sender=event.sender, channel=event.channel,
-            sequence=event.sequence, position=1, delivered_at=now,
+            sequence=event.sequence, expires_at=event.expires_at, position=1, delivered_at=now,
             state=Delivery.State.ACKED if index == 0 else Delivery.State.PENDING,
             acked_at=now if index == 0 else None, result={"done": True} if index == 0 else None,
         )

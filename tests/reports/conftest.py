@@ -1,5 +1,6 @@
-"""Fixtures of the reports' tests: a local SparkSession, and the worm incident played
-through the real service and exported to a dataset of the test's own."""
+"""Fixtures of the reports' tests: a SparkSession in a process of its own, and the worm
+incident played through the real service and exported to a dataset of the test's own
+(the process's own SparkSession, `spark`, is tests/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,9 @@ import pytest
 from django.core.management import call_command
 from django.test import override_settings
 
-from reports import spark as reports_spark
 from tests.broker.tree_helpers import wait_until_idle
 from tests.conftest import ROOT
 from tests.reports.incident import Incident, play_incident
-
-
-@pytest.fixture(scope="session")
-def spark():
-    """The process's SparkSession (local), started once for the whole run."""
-    return reports_spark.session()
 
 
 @pytest.fixture

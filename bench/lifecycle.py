@@ -1,0 +1,249 @@
+"""A year of incidents: the console's pages with a year of history against a day of it,
+the database's size before and after retention, the time to drop a day, and a send's
+latency while days are dropped.
+
+Run as a module from the repository root, with the project's interpreter (.venv/bin/python):
+
+    python -m bench.lifecycle                          # 50 million deliveries over 365 days
+    python -m bench.lifecycle --deliveries 2000000 --days 60 --retain-days 30
+    python -m bench.lifecycle --reuse                  # measure again what an earlier run loaded
+
+Into a private PostgreSQL under var/bench-lifecycle (unless DATABASE_URL / REDIS_URL are
+set): the scenario, then today's incident (the "day" history: the recent event whose page
+is timed is in it), the pages timed; then the other days of the year loaded behind it,
+each a synthetic incident written with COPY (demo.synthetic, into its day's partitions),
+and the pages timed again. Then retention at --retain-days: the reports' export, and
+each day past it dropped (lifecycle.retention) while another thread sends, as a sender
+and the leaves would, and times each send to its deliveries. Pages are sent in-process
+with django.test.Client (2 warm-ups, --runs timed runs, medians). Exits 1 if a page's
+median with the year exceeds 1.3 times its median with a day, a day's drop takes 10 s
+or more, or a send during the drops takes 1 s or more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from bench.console import logged_in_client, measure
+from bench.services import fresh_database, run_in_process
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDER = ROOT / "var" / "bench-lifecycle"
+PAGE_RATIO = 1.3
+DROP_BUDGET_S = 10.0
+SEND_BUDGET_S = 1.0
+SEND_RECEIVERS = 200  # a send's deliveries, recorded as its leaves record them
+
+
+def load_day(days_ago: int, deliveries: int, servers: int) -> int:
+    """One day's incident, `days_ago` days back (0: the last hours); its deliveries."""
+    from django.utils import timezone
+
+    from demo.synthetic import Request, generate_traffic
+
+    start = timezone.now() - timedelta(days=days_ago, hours=3)
+    request = Request(
+        deliveries=deliveries,
+        start=start,
+        servers=servers,
+        controllers=0,
+        seed=days_ago + 1,
+        audit_answers=False,
+    )
+    return generate_traffic(request).deliveries
+
+
+def load_year(args) -> None:
+    """The days before today's, oldest last, each its share of the deliveries."""
+    per_day = args.deliveries // args.days
+    started = time.monotonic()
+    written = 0
+    for days_ago in range(1, args.days):
+        written += load_day(days_ago, per_day, args.servers)
+        if days_ago % 10 == 0:
+            rate = written / (time.monotonic() - started)
+            print(f"  loaded {days_ago} days, {written:,} deliveries ({rate:,.0f} a second)")
+    print(f"loaded the year: {written:,} deliveries in {time.monotonic() - started:.0f} s")
+
+
+def pages() -> list[tuple]:
+    """The pages timed: the fleet, the events list, the newest event's, the audit log."""
+    from broker.models import Event
+
+    recent = Event.objects.filter(deliveries__isnull=False).order_by("-published_at").first()
+    return [
+        ("fleet", "GET", "/fleet/", None),
+        ("events", "GET", "/events/", None),
+        ("a recent event", "GET", f"/events/{recent.pk}/", None),
+        ("audit log", "GET", "/audit/", None),
+    ]
+
+
+def time_pages(runs: int) -> dict[str, dict]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    client = logged_in_client()
+    return {request[0]: measure(client, request, runs) for request in pages()}
+
+
+def database_size() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_database_size(current_database())")
+        return cursor.fetchone()[0]
+
+
+def counts() -> str:
+    from broker.models import AuditEntry, Delivery, Event, TrafficRecord
+
+    return (
+        f"{Event.objects.count():,} events, {Delivery.objects.count():,} deliveries,"
+        f" {TrafficRecord.objects.count():,} hops, {AuditEntry.objects.count():,} audit entries"
+    )
+
+
+class Sender(threading.Thread):
+    """Sends one event after another, each to SEND_RECEIVERS receivers (published as
+    its sender would, its deliveries recorded as its leaves would), timing each whole."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.latencies: list[float] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        from django.db import connection
+
+        from bench.console_events import _publish, record_deliveries, spread_receivers, template
+
+        receivers = spread_receivers(SEND_RECEIVERS)
+        try:
+            while not self.stop.is_set():
+                started = time.perf_counter()
+                event = _publish(template("status"), recipients=receivers)
+                record_deliveries(event, receivers)
+                self.latencies.append(time.perf_counter() - started)
+                time.sleep(0.05)
+        finally:
+            connection.close()
+
+
+def sends_during(work) -> tuple[object, list[float]]:
+    """`work()`'s result, and the latencies of the sends made while it ran."""
+    sender = Sender()
+    sender.start()
+    try:
+        result = work()
+    finally:
+        sender.stop.set()
+        sender.join()
+    return result, sender.latencies
+
+
+def apply_retention(retain_days: int) -> tuple[float, list[float]]:
+    """The export's seconds, and each day's drop's."""
+    from django.conf import settings
+
+    from lifecycle.partitions import PARTITIONED
+    from lifecycle.retention import drop_past_day, past_retention, waiting_for
+    from reports.export import export_changes
+
+    settings.RETAIN_DAYS_BY_GROUP = dict.fromkeys(settings.RETAIN_DAYS_BY_GROUP, retain_days)
+    started = time.monotonic()
+    export_changes()
+    exported = time.monotonic() - started
+    drops = []
+    for table in PARTITIONED:
+        for day in past_retention(table):
+            why = waiting_for(table, day)
+            if why:
+                print(f"  kept {table.table} of {day}: {why}")
+                continue
+            started = time.monotonic()
+            drop_past_day(table, day)
+            drops.append(time.monotonic() - started)
+    return exported, drops
+
+
+def ms(values: list[float]) -> str:
+    if not values:
+        return "none"
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))]
+    return (
+        f"median {statistics.median(values) * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms,"
+        f" max {max(values) * 1000:.0f} ms ({len(values)})"
+    )
+
+
+def report_pages(day: dict[str, dict], year: dict[str, dict]) -> bool:
+    print(f"{'page':>16}  {'a day':>10}  {'the year':>10}  {'ratio':>6}  queries")
+    ok = True
+    for label, first in day.items():
+        then = year[label]
+        ratio = then["median"] / first["median"]
+        over = ratio > PAGE_RATIO or then["status"] >= 400
+        ok = ok and not over
+        print(
+            f"{label:>16}  {first['median']:7.1f} ms  {then['median']:7.1f} ms  {ratio:5.2f}x"
+            f"  {first['queries']} / {then['queries']}{'  OVER' if over else ''}"
+        )
+    return ok
+
+
+def run(args, env: dict[str, str]) -> bool:
+    import django
+
+    made = fresh_database(env, keep=args.reuse)
+    os.environ.update(env)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    os.environ.setdefault("REPORTS_DATASET", str(FOLDER / "dataset"))
+    django.setup()
+    from demo.scenario import load_scenario
+
+    if made:
+        load_scenario(servers=0)
+        load_day(0, args.deliveries // args.days, args.servers)
+    print(f"a day: {counts()}")
+    day = time_pages(args.runs)
+    if made:
+        load_year(args)
+    print(f"the year: {counts()}, {database_size() / 2**30:.2f} GiB")
+    year = time_pages(args.runs)
+    ok = report_pages(day, year)
+    _, before = sends_during(lambda: time.sleep(5))
+    print(f"sends, nothing dropped: {ms(before)}")
+    (exported, drops), during = sends_during(lambda: apply_retention(args.retain_days))
+    print(f"export before retention: {exported:.1f} s")
+    print(f"days dropped: {ms(drops)}")
+    print(f"sends while they were dropped: {ms(during)}")
+    print(f"after retention at {args.retain_days} days: {counts()},")
+    print(f"  {database_size() / 2**30:.2f} GiB")
+    ok = ok and all(seconds < DROP_BUDGET_S for seconds in drops)
+    return ok and all(seconds < SEND_BUDGET_S for seconds in during)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.lifecycle", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--deliveries", type=int, default=50_000_000, help="over the year")
+    parser.add_argument("--days", type=int, default=365, help="days of history")
+    parser.add_argument("--servers", type=int, default=5_000, help="the fleet")
+    parser.add_argument("--retain-days", type=int, default=90, help="RETAIN_DAYS applied")
+    parser.add_argument("--runs", type=int, default=10, help="timed runs per page")
+    parser.add_argument("--reuse", action="store_true", help="keep the loaded database")
+    run_in_process(run, parser.parse_args(), FOLDER)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""Retention that loses nothing (docs/operations.md, "Retention").
+
+A day's partition of a table older than its group's RETAIN_DAYS is dropped whole, and
+only once the reports' export has covered every row in it: the export runs first, and
+a partition holding a row written after the export's watermark waits (the health page
+says so). Before a day of deliveries goes, each of its events keeps what they came to
+(`ArchivedEvent`), which its page shows. A partition holding anything of a live event
+waits too; with events living at most a week and RETAIN_DAYS at least eight, none does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+from psycopg import sql
+
+from broker import audit
+from broker.audit import Actor
+from broker.models import ArchivedEvent
+from broker.reads.progress import NO_DISPATCHER, NO_REGION
+from lifecycle.models import DroppedDay
+from lifecycle.partitions import (
+    DELIVERIES,
+    PARTITIONED,
+    PartitionedTable,
+    composed,
+    days_of,
+    drop_day,
+    ensure_partitions,
+    today,
+)
+from reports.export import export_changes
+from reports.models import ExportWatermark
+
+RETENTION = Actor("system", "retention")
+# The reports' dataset table each partitioned table is exported as (reports.dataset).
+EXPORTED_AS = {"broker_delivery": "deliveries", "broker_trafficrecord": "hops"}
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A day past retention that is kept, and why."""
+
+    table: str
+    day: date
+    why: str
+
+
+@dataclass
+class Retention:
+    """What one run of retention dropped, and what it had to keep."""
+
+    dropped: list[DroppedDay] = field(default_factory=list)
+    waiting: list[Waiting] = field(default_factory=list)
+
+
+def retain_days(table: PartitionedTable) -> int:
+    """How many days of `table` are kept (RETAIN_DAYS, or its group's own)."""
+    return settings.RETAIN_DAYS_BY_GROUP[table.group]
+
+
+def horizon(table: PartitionedTable) -> date:
+    """The first day of `table` that is kept: the ones before it are past retention."""
+    return today() - timedelta(days=retain_days(table))
+
+
+def past_retention(table: PartitionedTable) -> list[date]:
+    """The days `table` still holds that retention would drop."""
+    first_kept = horizon(table)
+    return [day for day in days_of(table) if day < first_kept]
+
+
+def apply_retention(*, export: bool = True) -> Retention:
+    """Bring the dataset up to date (unless `export` is False), then drop every day
+    past retention that it covers and that holds nothing of a live event."""
+    ensure_partitions()
+    due = {table: past_retention(table) for table in PARTITIONED}
+    if export and any(due.values()):
+        export_changes()
+    outcome = Retention()
+    for table, days in due.items():
+        for day in days:
+            why = waiting_for(table, day)
+            if why:
+                outcome.waiting.append(Waiting(table.table, day, why))
+            else:
+                outcome.dropped.append(drop_past_day(table, day))
+    return outcome
+
+
+def waiting_for(table: PartitionedTable, day: date, *, live: bool = True) -> str:
+    """Why `day` of `table` may not be dropped yet ("" when it may); `live`: look
+    for rows of live events too (a scan of the day)."""
+    watermark = export_watermark(table)
+    if watermark is None:
+        return "the reports have never exported it"
+    highest = _scalar("SELECT max(txid) FROM {part}", table, day)
+    if highest is not None and highest >= watermark:
+        return "rows written since the reports' last export"
+    if live and _scalar(LIVE_EVENT, table, day):
+        return "it holds rows of an event still live"
+    return ""
+
+
+LIVE_EVENT = (
+    "SELECT EXISTS (SELECT FROM {part} AS x JOIN broker_event AS e ON e.id = x.event_id"
+    " WHERE e.expires_at > now())"
+)
+
+
+def export_watermark(table: PartitionedTable) -> int | None:
+    """The transaction below which the reports have exported `table`'s rows."""
+    found = ExportWatermark.objects.filter(table=EXPORTED_AS[table.table])
+    return found.values_list("txid", flat=True).first()
+
+
+def _scalar(template: str, table: PartitionedTable, day: date):
+    with connection.cursor() as cursor:
+        cursor.execute(composed(template, part=sql.Identifier(table.partition(day))))
+        return cursor.fetchone()[0]
+
+
+def drop_past_day(table: PartitionedTable, day: date) -> DroppedDay:
+    """Archive the day's events (deliveries), drop the partition and record it, in
+    one transaction: the parent's lock, taken last, is held only for the record. Drops
+    whatever the day holds: `waiting_for` says whether it may."""
+    with transaction.atomic():
+        rows = _scalar("SELECT count(*) FROM {part}", table, day)
+        archived = archive_events(day) if table is DELIVERIES else 0
+        watermark = export_watermark(table)
+        drop_day(table, day)
+        dropped = DroppedDay.objects.create(
+            table=table.table, day=day, rows=rows, watermark=watermark, dropped_at=timezone.now()
+        )
+        details = {"rows": rows, "watermark": watermark, "events_archived": archived}
+        audit.record_change(
+            actor=RETENTION, action="retention.drop", target=f"{table.table}:{day}", details=details
+        )
+    return dropped
+
+
+# The deliveries of one day's partition counted as broker.reads.progress counts one
+# event's (STATE_COUNTS), for every event in it at once.
+ARCHIVE_COUNTS = """
+SELECT d.event_id::text, d.state,
+       COALESCE(region.value #>> '{{}}', %s) AS region,
+       COALESCE(dispatcher.name, %s) AS dispatcher,
+       count(*)
+FROM {part} AS d
+JOIN broker_client AS c ON c.id = d.receiver_id
+LEFT JOIN broker_dispatcher AS dispatcher ON dispatcher.id = c.dispatcher_id
+LEFT JOIN broker_attributevalue AS region
+       ON region.client_id = d.receiver_id AND region.name = 'region'
+GROUP BY 1, 2, 3, 4
+"""
+
+
+def archive_events(day: date) -> int:
+    """Keep what the deliveries of `day`'s partition came to, for each event in it;
+    returns how many events. Idempotent (a second run writes the same)."""
+    counts: dict[str, list] = {}
+    with connection.cursor() as cursor:
+        part = sql.Identifier(DELIVERIES.partition(day))
+        cursor.execute(composed(ARCHIVE_COUNTS, part=part), [NO_REGION, NO_DISPATCHER])
+        for event_id, *row in cursor.fetchall():
+            counts.setdefault(event_id, []).append(row)
+    now = timezone.now()
+    ArchivedEvent.objects.bulk_create(
+        [ArchivedEvent(event_id=e, archived_at=now, counts=rows) for e, rows in counts.items()],
+        update_conflicts=True,
+        unique_fields=["event"],
+        update_fields=["archived_at", "counts"],
+    )
+    return len(counts)

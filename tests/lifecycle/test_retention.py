@@ -1,0 +1,171 @@
+"""Partitions made ahead, and retention that loses nothing (lifecycle.partitions,
+lifecycle.retention): a day past RETAIN_DAYS is dropped whole only once the reports'
+export covered it, its events keep what their deliveries came to, and a day holding
+anything of a live event or of rows written since the export is kept and says why."""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+
+from broker.models import ArchivedEvent, AuditEntry, Delivery, Event, TrafficRecord
+from broker.reads.progress import event_progress
+from demo.scenario import load_scenario
+from lifecycle.models import DroppedDay
+from lifecycle.partitions import (
+    AHEAD_DAYS,
+    DELIVERIES,
+    PARTITIONED,
+    TRAFFIC,
+    days_of,
+    drop_day,
+    ensure_partitions,
+    today,
+)
+from lifecycle.retention import apply_retention, past_retention
+from reports.export import export_changes
+from reports.jobs import KINDS, job
+from reports.results import Params
+from reports.spark import Dataset
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+
+DAYS_AGO = 20
+
+
+@pytest.fixture(autouse=True)
+def no_day_partitions_left(settings, tmp_path):
+    """Each test starts with only the default partitions, and its own dataset."""
+    settings.REPORTS_DATASET = tmp_path / "dataset"
+    settings.RETAIN_DAYS_BY_GROUP = {"deliveries": 10, "traffic": 10}
+    drop_every_day()
+    yield
+    drop_every_day()
+
+
+def drop_every_day() -> None:
+    for table in PARTITIONED:
+        for day in days_of(table):
+            drop_day(table, day)
+
+
+@pytest.fixture
+def old_incident() -> dict:
+    """An incident DAYS_AGO days ago, its events long expired."""
+    load_scenario(servers=0)
+    start = timezone.now() - timedelta(days=DAYS_AGO)
+    call_command(
+        "generate_traffic", "--servers", "30", "--deliveries", "300", "--controllers", "1",
+        "--start", start.isoformat(), stdout=io.StringIO(),
+    )  # fmt: skip
+    events = list(Event.objects.filter(deliveries__isnull=False).distinct())
+    return {event.pk: event_progress(event).total for event in events}
+
+
+def rows_in(table) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(f'SELECT count(*) FROM "{table}"')
+        return cursor.fetchone()[0]
+
+
+def test_partitions_are_made_from_yesterday_to_the_days_ahead_once():
+    made = ensure_partitions()
+
+    for table in PARTITIONED:
+        days = days_of(table)
+        assert days[0] == today() - timedelta(days=1)
+        assert days[-1] == today() + timedelta(days=AHEAD_DAYS)
+        assert len(days) == AHEAD_DAYS + 2
+    assert len(made) == len(PARTITIONED) * (AHEAD_DAYS + 2)
+    assert ensure_partitions() == []
+
+
+def test_rows_a_default_partition_took_move_into_the_day_made_for_them(old_incident):
+    hops = TrafficRecord.objects.count()
+    with connection.cursor() as cursor:  # as if written while the beat was stopped
+        cursor.execute("CREATE TEMPORARY TABLE held AS SELECT * FROM broker_trafficrecord")
+        for day in days_of(TRAFFIC):
+            drop_day(TRAFFIC, day)
+        cursor.execute("INSERT INTO broker_trafficrecord SELECT * FROM held")
+    assert rows_in(TRAFFIC.default) == hops
+
+    ensure_partitions()
+
+    assert rows_in(TRAFFIC.default) == 0
+    assert TrafficRecord.objects.count() == hops
+    assert today() - timedelta(days=DAYS_AGO) in days_of(TRAFFIC)
+
+
+def test_the_incident_writes_its_days_into_their_own_partitions(old_incident):
+    assert rows_in(DELIVERIES.default) == 0
+    assert rows_in(TRAFFIC.default) == 0
+    first = today() - timedelta(days=DAYS_AGO)
+    assert first in days_of(TRAFFIC)
+    assert Delivery.objects.count() >= 300
+
+
+def test_a_day_past_retention_waits_for_the_export_then_goes_and_its_events_keep_their_counts(
+    old_incident,
+):
+    due = past_retention(DELIVERIES)
+    assert due
+
+    kept = apply_retention(export=False)
+
+    assert {w.why for w in kept.waiting} == {"the reports have never exported it"}
+    assert not kept.dropped
+    dropped = apply_retention()
+    assert not dropped.waiting
+    assert not past_retention(DELIVERIES) and not past_retention(TRAFFIC)
+    assert not Delivery.objects.exists() and not TrafficRecord.objects.exists()
+    for event in Event.objects.filter(pk__in=old_incident):
+        progress = event_progress(event)
+        assert progress.archived and progress.total == old_incident[event.pk]
+    assert ArchivedEvent.objects.count() == len(old_incident)
+    assert DroppedDay.objects.filter(table="broker_delivery").count() == len(due)
+    entries = AuditEntry.objects.filter(action="retention.drop", actor="system:retention")
+    assert entries.count() == DroppedDay.objects.count()
+
+
+def test_a_day_with_rows_written_since_the_export_waits(old_incident):
+    export_changes()
+    Delivery.objects.filter(pk=Delivery.objects.first().pk).update(state="failed")
+
+    kept = apply_retention(export=False)
+
+    assert "rows written since the reports' last export" in {w.why for w in kept.waiting}
+    assert Delivery.objects.filter(state="failed").exists()
+
+
+def test_a_day_holding_hops_of_a_live_event_waits(old_incident):
+    live = Event.objects.first()
+    Event.objects.filter(pk=live.pk).update(expires_at=timezone.now() + timedelta(hours=1))
+
+    kept = apply_retention()
+
+    reasons = {(w.table, w.why) for w in kept.waiting}
+    assert ("broker_trafficrecord", "it holds rows of an event still live") in reasons
+    assert TrafficRecord.objects.filter(event=live).exists()
+
+
+def test_the_reports_answer_for_the_dropped_days_as_they_did_before(old_incident, spark, settings):
+    export_changes()
+    now = timezone.now()
+    params = Params(window_start=now - timedelta(days=DAYS_AGO + 1), window_end=now)
+    before = reports_of(spark, settings, params)
+
+    dropped = apply_retention()
+
+    assert dropped.dropped and not Delivery.objects.exists()
+    assert reports_of(spark, settings, params) == before
+    assert before["reach"].summary and before["timeline"].sections
+
+
+def reports_of(spark, settings, params: Params) -> dict:
+    data = Dataset(spark, settings.REPORTS_DATASET)
+    return {kind: job(kind).run(data, params) for kind in KINDS}
