@@ -55,6 +55,7 @@ def load_day(days_ago: int, deliveries: int, servers: int) -> int:
         controllers=0,
         seed=days_ago + 1,
         audit_answers=False,
+        analyze=False,  # once, before the pages are timed
     )
     return generate_traffic(request).deliveries
 
@@ -208,8 +209,11 @@ def run(args, env: dict[str, str]) -> bool:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     os.environ.setdefault("REPORTS_DATASET", str(FOLDER / "dataset"))
     django.setup()
+    from django.core.management import call_command
+
     from demo.scenario import load_scenario
 
+    call_command("collectstatic", interactive=False, verbosity=0)  # pages link to them
     if made:
         load_scenario(servers=0)
         load_day(0, args.deliveries // args.days, args.servers)

@@ -629,6 +629,12 @@ class ClientChange(models.Model):
     registration, deactivation). Leaves read this log in id order to refresh their
     in-memory matcher, so no change is ever missed by a worker that was busy or down."""
 
+    # The log is partitioned by day and only its last KEPT_DAYS days are kept
+    # (lifecycle.retention): a reader that has not read it for STALE_AFTER_S may have
+    # missed what was dropped, and builds what it holds from the clients instead.
+    KEPT_DAYS = 2
+    STALE_AFTER_S = 24 * 3600
+
     client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="changes")
     dispatcher = models.ForeignKey(Dispatcher, on_delete=models.CASCADE, related_name="changes")
     # The writing transaction's id. Ids of rows are handed out before commit, so a row

@@ -12,7 +12,7 @@ class DroppedDay(models.Model):
     table = models.CharField(max_length=64)
     day = models.DateField()
     rows = models.BigIntegerField()
-    watermark = models.BigIntegerField()
+    watermark = models.BigIntegerField(null=True)  # None: a table the reports do not export
     dropped_at = models.DateTimeField()
 
     class Meta:

@@ -32,11 +32,15 @@ DAY_SUFFIX = re.compile(r"_p(\d{8})$")
 
 @dataclass(frozen=True)
 class PartitionedTable:
-    """A table partitioned by the day of `key`, and the retention group it is in."""
+    """A table partitioned by the day of `key`, the retention group it is in, the
+    reports' dataset table it is exported as (None: it is not), and whether its rows
+    belong to events (`event_id`)."""
 
     table: str
     key: str
     group: str
+    exported_as: str | None = None
+    of_events: bool = False
 
     def partition(self, day: date) -> str:
         """The name of the partition holding the rows of `day`."""
@@ -47,9 +51,10 @@ class PartitionedTable:
         return f"{self.table}_default"
 
 
-DELIVERIES = PartitionedTable("broker_delivery", "expires_at", "deliveries")
-TRAFFIC = PartitionedTable("broker_trafficrecord", "at", "traffic")
-PARTITIONED = (DELIVERIES, TRAFFIC)
+DELIVERIES = PartitionedTable("broker_delivery", "expires_at", "deliveries", "deliveries", True)
+TRAFFIC = PartitionedTable("broker_trafficrecord", "at", "traffic", "hops", True)
+CLIENT_CHANGES = PartitionedTable("broker_clientchange", "at", "changes")
+PARTITIONED = (DELIVERIES, TRAFFIC, CLIENT_CHANGES)
 
 
 def composed(template: str, **names: sql.Composable) -> str:

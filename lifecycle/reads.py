@@ -21,9 +21,13 @@ from psycopg import sql
 from lifecycle.partitions import PARTITIONED, PartitionedTable, composed, days_of
 from lifecycle.retention import Waiting, past_retention, retain_days, waiting_for
 
-# Columns that hold a watermark of the counter (a snapshot's xmin) under a name other
-# than `txid`: the counter must reach them, not pass them.
-WATERMARKS = (("auditchain_chainhead", "horizon"), ("auditchain_chainhead", "verified_horizon"))
+# Columns that hold a watermark of the counter (a snapshot's xmin): the counter must
+# reach them, not pass them.
+WATERMARKS = (
+    ("auditchain_chainhead", "horizon"),
+    ("auditchain_chainhead", "verified_horizon"),
+    ("reports_exportwatermark", "txid"),  # a few rows, without an index on it
+)
 EPOCH_BITS = 32
 HIGHEST = "SELECT max({column}) FROM {table}"
 # The first value not handed out yet, as this transaction sees it: past its own, if it
@@ -76,10 +80,14 @@ def transaction_counter() -> TransactionCounter:
 def _counter_columns(cursor) -> list[tuple[str, str, int]]:
     """(table, column, 1 when the counter must pass the value, 0 when reaching it is
     enough) for every `txid` column of the schema's tables and every watermark."""
+    # Those an index leads with (every `txid` a reader follows has one): the top of
+    # the index is the column's highest value, where a table without one would be read
+    # whole at every health check.
     cursor.execute(
         "SELECT c.relname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
         " WHERE a.attname = 'txid' AND NOT a.attisdropped AND c.relkind IN ('r', 'p')"
         " AND NOT c.relispartition AND c.relnamespace = current_schema()::regnamespace"
+        " AND EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indkey[0] = a.attnum)"
         " ORDER BY c.relname"
     )
     columns = [(table, "txid", 1) for (table,) in cursor.fetchall()]

@@ -20,10 +20,11 @@ from psycopg import sql
 
 from broker import audit
 from broker.audit import Actor
-from broker.models import ArchivedEvent
+from broker.models import ArchivedEvent, ClientChange
 from broker.reads.progress import NO_DISPATCHER, NO_REGION
 from lifecycle.models import DroppedDay
 from lifecycle.partitions import (
+    CLIENT_CHANGES,
     DELIVERIES,
     PARTITIONED,
     PartitionedTable,
@@ -37,8 +38,6 @@ from reports.export import export_changes
 from reports.models import ExportWatermark
 
 RETENTION = Actor("system", "retention")
-# The reports' dataset table each partitioned table is exported as (reports.dataset).
-EXPORTED_AS = {"broker_delivery": "deliveries", "broker_trafficrecord": "hops"}
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,10 @@ class Retention:
 
 
 def retain_days(table: PartitionedTable) -> int:
-    """How many days of `table` are kept (RETAIN_DAYS, or its group's own)."""
+    """How many days of `table` are kept (RETAIN_DAYS, or its group's own; the change
+    log's own few, ClientChange.KEPT_DAYS)."""
+    if table is CLIENT_CHANGES:
+        return ClientChange.KEPT_DAYS
     return settings.RETAIN_DAYS_BY_GROUP[table.group]
 
 
@@ -79,7 +81,7 @@ def apply_retention(*, export: bool = True) -> Retention:
     past retention that it covers and that holds nothing of a live event."""
     ensure_partitions()
     due = {table: past_retention(table) for table in PARTITIONED}
-    if export and any(due.values()):
+    if export and any(days for table, days in due.items() if table.exported_as):
         export_changes()
     outcome = Retention()
     for table, days in due.items():
@@ -95,13 +97,14 @@ def apply_retention(*, export: bool = True) -> Retention:
 def waiting_for(table: PartitionedTable, day: date, *, live: bool = True) -> str:
     """Why `day` of `table` may not be dropped yet ("" when it may); `live`: look
     for rows of live events too (a scan of the day)."""
-    watermark = export_watermark(table)
-    if watermark is None:
-        return "the reports have never exported it"
-    highest = _scalar("SELECT max(txid) FROM {part}", table, day)
-    if highest is not None and highest >= watermark:
-        return "rows written since the reports' last export"
-    if live and _scalar(LIVE_EVENT, table, day):
+    if table.exported_as:
+        watermark = export_watermark(table)
+        if watermark is None:
+            return "the reports have never exported it"
+        highest = _scalar("SELECT max(txid) FROM {part}", table, day)
+        if highest is not None and highest >= watermark:
+            return "rows written since the reports' last export"
+    if live and table.of_events and _scalar(LIVE_EVENT, table, day):
         return "it holds rows of an event still live"
     return ""
 
@@ -113,8 +116,9 @@ LIVE_EVENT = (
 
 
 def export_watermark(table: PartitionedTable) -> int | None:
-    """The transaction below which the reports have exported `table`'s rows."""
-    found = ExportWatermark.objects.filter(table=EXPORTED_AS[table.table])
+    """The transaction below which the reports have exported `table`'s rows (None:
+    never, or it is not exported)."""
+    found = ExportWatermark.objects.filter(table=table.exported_as)
     return found.values_list("txid", flat=True).first()
 
 

@@ -86,6 +86,7 @@ class LeafState:
         self.dispatcher_id = dispatcher_id
         self.matcher = Matcher()
         self.horizon = snapshot_xmin()
+        self.read_at = time.monotonic()  # when the change log was last read
         # The clients changed since this process last saw the stored summary cover
         # them; None: all of them (a state built afresh).
         self.unsummarised: set[int] | None = None
@@ -104,13 +105,18 @@ class LeafState:
     def advance(self, horizon: int, changed: set[int]) -> dict[int, Before]:
         """Move to `horizon`, reading the changed clients again; return them, each with
         the receiver it was before."""
-        self.horizon = horizon
+        self.horizon, self.read_at = horizon, time.monotonic()
         before = {client_id: self.held_as(client_id) for client_id in changed}
         if self.unsummarised is not None:
             self.unsummarised |= changed
         if changed:
             self.reload(changed)
         return before
+
+    def stale(self) -> bool:
+        """Whether the change log went unread long enough for retention to have
+        dropped changes it would have read (ClientChange.STALE_AFTER_S)."""
+        return time.monotonic() - self.read_at > ClientChange.STALE_AFTER_S
 
     def held_as(self, client_id: int) -> Before:
         """The client as a receiver here (attributes, policy); None if it is none."""
@@ -262,7 +268,7 @@ def _fresh_state(
     dispatcher_id: int, following: int, changed: list[int]
 ) -> tuple[LeafState, dict[int, Before]]:
     state = _leaves.get(dispatcher_id)
-    if state is None:
+    if state is None or state.stale():
         state = _leaves[dispatcher_id] = LeafState(dispatcher_id)
         return state, dict.fromkeys(state.matcher.selected(None))
     return state, state.advance(following, set(changed))

@@ -18,10 +18,13 @@ from datetime import date, timedelta
 OLD = "{table}_unpartitioned"
 
 
-def partition_by_day(cursor, *, table: str, key: str, key_column: str = "", key_from: str = ""):
+def partition_by_day(
+    cursor, *, table: str, key: str, key_column: str = "", key_from: str = "", keep: str = ""
+):
     """Partition `table` by the day of `key`. When the table has no such column yet,
     `key_column` declares it and `key_from` is the SQL expression of each old row `t`
-    that fills it (the rows of a table partitioned by a value copied from elsewhere)."""
+    that fills it (the rows of a table partitioned by a value copied from elsewhere).
+    `keep`: the condition on an old row `t` for it to be kept (default: all are)."""
     old = OLD.format(table=table)
     shape = _shape(cursor, table)
     cursor.execute(f'ALTER TABLE "{table}" RENAME TO "{old}"')
@@ -33,10 +36,11 @@ def partition_by_day(cursor, *, table: str, key: str, key_column: str = "", key_
     )
     _number_rows_on(cursor, table, old)
     cursor.execute(f'CREATE TABLE "{table}_default" PARTITION OF "{table}" DEFAULT')
-    select = f't.*, {key_from} AS {key}' if key_column else "t.*"
-    for day in _days(cursor, f'SELECT DISTINCT ({_day(key)}) FROM (SELECT {select} FROM "{old}" t) s'):
+    select = f"t.*, {key_from} AS {key}" if key_column else "t.*"
+    rows = f'SELECT {select} FROM "{old}" t WHERE {keep or "true"}'
+    for day in _days(cursor, f"SELECT DISTINCT ({_day(key)}) FROM ({rows}) s"):
         create_day(cursor, table=table, key=key, day=day)
-    cursor.execute(f'INSERT INTO "{table}" SELECT {select} FROM "{old}" t')
+    cursor.execute(f'INSERT INTO "{table}" {rows}')
     cursor.execute(f'DROP TABLE "{old}"')
     _rebuild(cursor, table, key, shape)
 

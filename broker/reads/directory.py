@@ -12,6 +12,7 @@ Nothing here is authoritative: a process that loses it rebuilds it.
 from __future__ import annotations
 
 import threading
+import time
 from bisect import insort
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
-from broker.models import AgentPresence, Client, Dispatcher
+from broker.models import AgentPresence, Client, ClientChange, Dispatcher
 from broker.reads.clients import attributes_by_client, clients_changed_since, snapshot_xmin
 from broker.reads.policies import newest_policies
 from broker.reads.presence import is_connected, verifies_signatures
@@ -70,6 +71,7 @@ class Directory:
         self._presence_read_to: datetime | None = None
         self._by_name: list[tuple[str, int]] = []
         self.horizon = snapshot_xmin()
+        self.read_at = time.monotonic()  # when the change log was last read
         self._reload(list(Client.objects.values_list("id", flat=True)))
         self.refresh_presence()
 
@@ -77,6 +79,7 @@ class Directory:
         """Apply the changes not surely seen before; return the changed client ids."""
         leaves = Dispatcher.objects.filter(is_leaf=True).values("id")
         self.horizon, changed = clients_changed_since(self.horizon, leaves)
+        self.read_at = time.monotonic()
         if changed:
             self._reload(changed)
         self.refresh_presence()
@@ -115,6 +118,12 @@ class Directory:
         """Whether clients were deleted behind its back (they never are, but a test
         database is emptied between tests): then it must be built anew."""
         return Client.objects.count() < len(self.entries)
+
+    def stale(self) -> bool:
+        """Whether the change log went unread long enough for retention to have
+        dropped changes it would have read (ClientChange.STALE_AFTER_S): then it must
+        be built anew."""
+        return time.monotonic() - self.read_at > ClientChange.STALE_AFTER_S
 
     def select(self, selector: Selector | None) -> set[int]:
         """Ids of the clients the selector selects (all of them for None)."""
@@ -222,6 +231,8 @@ def fresh_directory() -> Iterator[Directory]:
     """This process's directory, brought up to date, held for the caller alone."""
     global _directory
     with _lock:
+        if _directory is not None and _directory.stale():
+            _directory = None
         if _directory is not None:
             _directory.refresh()
         # Checked after the refresh: a flushed database refilled with as many clients

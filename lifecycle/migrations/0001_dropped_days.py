@@ -18,7 +18,7 @@ class Migration(migrations.Migration):
                 ('table', models.CharField(max_length=64)),
                 ('day', models.DateField()),
                 ('rows', models.BigIntegerField()),
-                ('watermark', models.BigIntegerField()),
+                ('watermark', models.BigIntegerField(null=True)),
                 ('dropped_at', models.DateTimeField()),
             ],
             options={

@@ -7,6 +7,7 @@ from broker.models import (
     AttributeValue,
     Authority,
     Client,
+    ClientChange,
     ClientModel,
     EventAttribute,
     PolicyVersion,
@@ -33,4 +34,16 @@ def test_a_fleet_emptied_and_refilled_to_the_same_size_is_read_anew():
     load_scenario(servers=4)
 
     with fresh_directory() as directory:
+        assert directory.select(None) == set(Client.objects.values_list("id", flat=True))
+
+
+def test_a_directory_that_has_not_read_the_change_log_for_a_day_is_read_anew():
+    # Retention keeps two days of the log: what it dropped could have been unread here.
+    load_scenario(servers=4)
+    with fresh_directory() as directory:
+        directory.read_at -= ClientChange.STALE_AFTER_S + 1
+        old = directory
+
+    with fresh_directory() as directory:
+        assert directory is not old
         assert directory.select(None) == set(Client.objects.values_list("id", flat=True))

@@ -18,7 +18,14 @@ from broker.dispatch.entry import clients_changed
 from broker.dispatch.routed import live_events
 from broker.dispatch.steps import DOWN, apply_client_changes, recompute_summaries, route
 from broker.dispatch.summary import Summary
-from broker.models import AttributeValue, AuditEntry, Client, Delivery, DispatcherSummary
+from broker.models import (
+    AttributeValue,
+    AuditEntry,
+    Client,
+    ClientChange,
+    Delivery,
+    DispatcherSummary,
+)
 from broker.push import to_agents
 from broker.reads.clients import current_attributes
 from broker.services.clients import set_clients_active, state_attributes
@@ -233,6 +240,21 @@ def test_a_leaf_state_is_locked_and_refreshed_in_one_statement(stream):
         assert dispatch_state.locked_leaf_state(leaf)[1].keys() <= {receiver.pk}
     (statement,) = [q["sql"] for q in queries if _locks_or_reads_changes(q["sql"])]
     assert "pg_advisory_xact_lock" in statement and "broker_clientchange" in statement
+
+
+def test_a_leaf_state_that_has_not_read_the_change_log_for_a_day_is_built_afresh(stream):
+    # Retention keeps two days of the log: what it dropped could have been unread here.
+    receiver, _ = stream
+    leaf = receiver.dispatcher_id
+    with transaction.atomic():
+        old, _ = dispatch_state.locked_leaf_state(leaf)
+    old.read_at -= ClientChange.STALE_AFTER_S + 1
+
+    with transaction.atomic():
+        state, changed = dispatch_state.locked_leaf_state(leaf)
+
+    assert state is not old
+    assert receiver.pk in changed and changed[receiver.pk] is None  # everyone, from unknown
 
 
 def _locks_or_reads_changes(sql: str) -> bool:

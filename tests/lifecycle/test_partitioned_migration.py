@@ -1,5 +1,6 @@
-"""Migrating a database that holds deliveries and hops (broker migration 0026): every
-row lands in its day's partition with its event's expiry, ids go on where they were,
+"""Migrating a database that holds deliveries, hops and client changes (broker
+migrations 0026 and 0028): every row lands in its day's partition (a delivery with its
+event's expiry; of the client changes, the last two days'), ids go on where they were,
 and the constraints hold across partitions."""
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ def populate(connection) -> None:
         ).fetchone()[0]
         for n in range(RECEIVERS)
     ]
+    for age in (timedelta(days=5), timedelta(minutes=5)):  # the first is read long ago
+        run(
+            "INSERT INTO broker_clientchange (client_id, dispatcher_id, at)"
+            " VALUES (%s, %s, now() - %s)",
+            [clients[0], leaf, age],
+        )
     for sequence, expires in enumerate(DAYS, start=1):
         event = run(
             "INSERT INTO broker_event (id, channel, sequence, content, selector, sender_attributes,"
@@ -113,6 +120,8 @@ def test_a_populated_database_migrates_into_day_partitions_losing_nothing(
         ]
         hops = run("SELECT DISTINCT tableoid::regclass::text FROM broker_trafficrecord").fetchall()
         assert len(hops) == 3 and ("broker_trafficrecord_default",) not in hops
+        (changes,) = run("SELECT tableoid::regclass::text, at FROM broker_clientchange").fetchall()
+        assert changes[0] == f"broker_clientchange_p{changes[1]:%Y%m%d}"  # the recent one
         # New rows are numbered after the old ones, and an event's receiver still
         # gets one delivery only, whichever partition.
         event, receiver, sender = run(

@@ -118,7 +118,7 @@ def test_a_day_past_retention_waits_for_the_export_then_goes_and_its_events_keep
     kept = apply_retention(export=False)
 
     assert {w.why for w in kept.waiting} == {"the reports have never exported it"}
-    assert not kept.dropped
+    assert {d.table for d in kept.dropped} <= {"broker_clientchange"}  # no export to wait for
     dropped = apply_retention()
     assert not dropped.waiting
     assert not past_retention(DELIVERIES) and not past_retention(TRAFFIC)
