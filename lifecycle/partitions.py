@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
@@ -25,6 +27,9 @@ from django.utils import timezone
 from psycopg import sql
 
 AHEAD_DAYS = 14
+# One process at a time makes or drops partitions (the beat, retention, a loader):
+# PostgreSQL advisory lock namespace and key, held by the session.
+PARTITIONS_LOCK = (7_103, 1)
 LOCK_TIMEOUT_MS = 500
 LOCK_ATTEMPTS = 20
 DAY_SUFFIX = re.compile(r"_p(\d{8})$")
@@ -91,14 +96,28 @@ def ensure_partitions(*, first: date | None = None, last: date | None = None) ->
     the partitions made. Idempotent; safe beside writers."""
     first = first or today() - timedelta(days=1)
     last = last or today() + timedelta(days=AHEAD_DAYS)
+    wanted = {first + timedelta(days=n) for n in range((last - first).days + 1)}
     made = []
-    for table in PARTITIONED:
-        have = set(days_of(table))
-        wanted = {first + timedelta(days=n) for n in range((last - first).days + 1)}
-        for day in sorted((wanted | set(_days_in_default(table))) - have):
-            _attach_day(table, day)
-            made.append(table.partition(day))
+    with partitions_held():
+        for table in PARTITIONED:
+            have = set(days_of(table))
+            for day in sorted((wanted | set(_days_in_default(table))) - have):
+                _attach_day(table, day)
+                made.append(table.partition(day))
     return made
+
+
+@contextmanager
+def partitions_held() -> Iterator[None]:
+    """Hold the right to make and drop partitions (PARTITIONS_LOCK) for the block,
+    waiting for whoever holds it: what the block reads of them is then true for it."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s, %s)", PARTITIONS_LOCK)
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", PARTITIONS_LOCK)
 
 
 def _days_in_default(table: PartitionedTable) -> list[date]:

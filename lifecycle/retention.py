@@ -32,6 +32,7 @@ from lifecycle.partitions import (
     days_of,
     drop_day,
     ensure_partitions,
+    partitions_held,
     today,
 )
 from reports.export import export_changes
@@ -84,13 +85,14 @@ def apply_retention(*, export: bool = True) -> Retention:
     if export and any(days for table, days in due.items() if table.exported_as):
         export_changes()
     outcome = Retention()
-    for table, days in due.items():
-        for day in days:
-            why = waiting_for(table, day)
-            if why:
-                outcome.waiting.append(Waiting(table.table, day, why))
-            else:
-                outcome.dropped.append(drop_past_day(table, day))
+    with partitions_held():
+        for table in PARTITIONED:
+            for day in past_retention(table):  # again: another run may have dropped some
+                why = waiting_for(table, day)
+                if why:
+                    outcome.waiting.append(Waiting(table.table, day, why))
+                else:
+                    outcome.dropped.append(drop_past_day(table, day))
     return outcome
 
 

@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.urls import reverse
 from django.utils import timezone
 
 from broker.models import ArchivedEvent, AuditEntry, Delivery, Event, TrafficRecord
@@ -32,6 +33,7 @@ from reports.export import export_changes
 from reports.jobs import KINDS, job
 from reports.results import Params
 from reports.spark import Dataset
+from tests.cast import log_in_proved
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "audit"])
 
@@ -169,3 +171,19 @@ def test_the_reports_answer_for_the_dropped_days_as_they_did_before(old_incident
 def reports_of(spark, settings, params: Params) -> dict:
     data = Dataset(spark, settings.REPORTS_DATASET)
     return {kind: job(kind).run(data, params) for kind in KINDS}
+
+
+def test_an_archived_events_pages_say_so_and_show_the_counts_kept(old_incident, client, operator):
+    apply_retention()
+    event = Event.objects.get(pk=next(iter(old_incident)))
+    log_in_proved(client, operator)
+
+    page = client.get(reverse("event", args=[event.pk])).content.decode()
+    listed = client.get(reverse("events")).content.decode()
+    health = client.get(reverse("health"), headers={"HX-Request": "true"}).content.decode()
+
+    assert "data-archived" in page and "/reports/reach/?from=" in page
+    assert f'data-targeted="{old_incident[event.pk].targeted}"' in page
+    assert 'id="waiting"' not in page  # no receiver to list, nor to resend to
+    assert "data-archived" in listed
+    assert 'data-retention-table="broker_delivery" data-ok="yes"' in health
