@@ -32,6 +32,12 @@ class ChainHead(models.Model):
     chain = models.CharField(max_length=64, blank=True, default="")
     horizon = models.BigIntegerField(default=0)
     linked_at = models.DateTimeField(null=True, blank=True)
+    # Where the chain starts once retention removed its oldest entries and links
+    # (auditchain.services.trim_through): the last link removed, and its code
+    # (broker.audit.start_code), which only the console can make.
+    start_position = models.BigIntegerField(default=0)
+    start_chain = models.CharField(max_length=64, blank=True, default="")
+    start_mac = models.CharField(max_length=64, blank=True, default="")
     # The last verification (auditchain.services.record_verification): when, what it
     # covered, how many findings and the first of them, for the audit page.
     verified_at = models.DateTimeField(null=True, blank=True)

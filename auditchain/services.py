@@ -18,7 +18,7 @@ from sn_agent import signatures
 from auditchain import keys
 from auditchain.models import AuditLink, ChainHead, Checkpoint
 from auditchain.verification import Finding, Since, findings
-from broker.audit import chain_code
+from broker.audit import chain_code, start_code
 from broker.models import AuditEntry
 from broker.prepared import int_array, text_array
 from broker.reads.clients import snapshot_xmin
@@ -163,3 +163,33 @@ def sign_checkpoint() -> Checkpoint | None:
     checkpoint.signature = signatures.sign(key, checkpoint.document())
     checkpoint.save()
     return checkpoint
+
+
+def trim_through(*, position: int) -> int:
+    """Remove the entries linked at or before `position` (retention: their copies are
+    in the reports' dataset), with their links and the checkpoints that name them; the
+    chain then starts after it, at a start only the console can move. A batch of links
+    at a time, each in one transaction that moves the start with it, so that the log
+    verifies after every one. Returns how many entries were removed."""
+    removed = 0
+    while True:
+        with transaction.atomic():
+            head = ChainHead.objects.select_for_update().first()
+            if head is None or head.start_position >= min(position, head.position):
+                return removed
+            last = min(position, head.position, head.start_position + BATCH)
+            chain = AuditLink.objects.get(position=last).chain
+            removed += _remove_links(head.start_position, last)
+            head.start_position, head.start_chain = last, chain
+            head.start_mac = start_code(last, chain)
+            head.save(update_fields=["start_position", "start_chain", "start_mac"])
+
+
+def _remove_links(after: int, through: int) -> int:
+    """The entries linked after `after` through `through`, those links, and the
+    checkpoints that name them."""
+    links = AuditLink.objects.filter(position__gt=after, position__lte=through)
+    removed, _ = AuditEntry.objects.filter(id__in=links.values("entry_id")).delete()
+    Checkpoint.objects.filter(position__lte=through).delete()
+    links.delete()
+    return removed

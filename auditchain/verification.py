@@ -25,7 +25,7 @@ from sn_agent.signatures import signature_holds
 
 from auditchain.keys import key_made_at, trusted_public_keys
 from auditchain.models import AuditLink, ChainHead, Checkpoint
-from broker.audit import chain_code, entry_code
+from broker.audit import chain_code, entry_code, start_code
 from broker.models import AuditEntry
 
 # Entries read at a time (a server-side cursor: a year's log is never held in memory).
@@ -120,15 +120,36 @@ def chain_findings(secrets: list[str], *, since: Since | None = None) -> Iterato
     """Walk the chain's links in order (a server-side cursor), from its start or from
     `since`; from `since`, the codes of the entries linked after it are checked too
     (from the start, `entry_findings` checks every entry's)."""
-    previous, expected = (since.chain, since.position + 1) if since else ("", 1)
+    start, start_mac = chain_start()
+    if since is None or since.position < start.position:
+        since, checking = start, since is not None
+    else:
+        checking = True
+    previous, expected = since.chain, since.position + 1
+    if start.position and not any(
+        start_code(start.position, start.chain, secret=s) == start_mac for s in secrets
+    ):
+        yield Finding(0, BROKEN, (
+            f"the chain's start (link {start.position}, where retention removed the entries"
+            " before it) was moved outside the console: entries before it may be missing"
+        ))  # fmt: skip
     with connection.chunked_cursor() as cursor:
         cursor.execute(CHAIN, [expected - 1])
         while rows := cursor.fetchmany(BATCH):
-            if since is not None:
+            if checking:
                 yield from _codes_of(rows, secrets)
             for row in rows:
                 yield from _link_findings(previous, expected, row, secrets)
                 previous, expected = row[3], row[0] + 1
+
+
+def chain_start() -> tuple[Since, str]:
+    """Where the chain starts (after the links retention removed, none at first), and
+    the code that vouches for it."""
+    head = ChainHead.objects.first()
+    if head is None or not head.start_position:
+        return Since(0, "", 0), ""
+    return Since(head.start_position, head.start_chain, 0), head.start_mac
 
 
 def _link_findings(previous: str, expected: int, row: tuple, secrets) -> Iterator[Finding]:

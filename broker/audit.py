@@ -117,6 +117,17 @@ def chain_code(previous: str, entry_id: int, mac: str, *, secret: str | None = N
     return salted_hmac(CHAIN_SALT, text, secret=secret, algorithm="sha256").hexdigest()
 
 
+START_SALT = "sn.audit.start"
+
+
+def start_code(position: int, chain: str, *, secret: str | None = None) -> str:
+    """The code of the audit chain's start once retention removed its oldest links
+    (auditchain): only the console can move it, so a start moved to hide removed links
+    does not verify."""
+    text = f"{position}|{chain}"
+    return salted_hmac(START_SALT, text, secret=secret, algorithm="sha256").hexdigest()
+
+
 # Numbers are written as their exact decimal value, normalised: PostgreSQL's jsonb keeps
 # a number's value, not its spelling (1e16 comes back as 10000000000000000, an integer).
 _EXACT = decimal.Context(prec=2000)

@@ -378,6 +378,9 @@ RETAIN_DAYS_BY_GROUP = {
     "deliveries": env_int("RETAIN_DAYS_DELIVERIES", RETAIN_DAYS, minimum=8),
     "traffic": env_int("RETAIN_DAYS_TRAFFIC", RETAIN_DAYS, minimum=8),
 }
+# The audit log's own retention, in days: 0 keeps it for good. Entries older are removed
+# once exported, and the audit chain starts after them (auditchain.services.trim_through).
+AUDIT_RETAIN_DAYS = env_int("AUDIT_RETAIN_DAYS", 0, minimum=0)
 RETENTION_S = env_int("RETENTION_S", 3600, minimum=60)
 CELERY_BEAT_SCHEDULE = {
     "recompute-summaries": {

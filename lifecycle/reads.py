@@ -99,35 +99,46 @@ def _counter_columns(cursor) -> list[tuple[str, str, int]]:
 class TableRetention:
     """One partitioned table as the health page shows it: how many days it keeps
     and holds, rows waiting in its default partition (the beat has not made their
-    day yet), and the days past retention that are kept, and why."""
+    day yet), how many days are past retention, and the oldest of them with why they
+    are kept ("" when the next run drops it)."""
 
     table: str
     retain_days: int
     days: list[date]
     in_default: int
+    past: int
     waiting: list[Waiting]
 
     @property
     def ok(self) -> bool:
-        return not self.waiting and not self.in_default
+        return not self.in_default and not any(w.why for w in self.waiting)
+
+
+WAITING_SHOWN = 3  # days past retention each table shows the reasons of, oldest first
 
 
 def retention_state() -> list[TableRetention]:
     """Every partitioned table's retention, now (the catalog, the default partitions'
-    rows and the watermark: no scan of a day's rows)."""
-    return [
-        TableRetention(
-            table=table.table,
-            retain_days=retain_days(table),
-            days=days_of(table),
-            in_default=_rows_in_default(table),
-            waiting=[
-                Waiting(table.table, day, waiting_for(table, day, live=False))
-                for day in past_retention(table)
-            ],
+    rows and the watermark, for the oldest few days past retention: no scan of a
+    day's rows)."""
+    state = []
+    for table in PARTITIONED:
+        past = past_retention(table)
+        waiting = [
+            Waiting(table.table, day, waiting_for(table, day, live=False))
+            for day in past[:WAITING_SHOWN]
+        ]
+        state.append(
+            TableRetention(
+                table=table.table,
+                retain_days=retain_days(table),
+                days=days_of(table),
+                in_default=_rows_in_default(table),
+                past=len(past),
+                waiting=waiting,
+            )
         )
-        for table in PARTITIONED
-    ]
+    return state
 
 
 def _rows_in_default(table: PartitionedTable) -> int:

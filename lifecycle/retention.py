@@ -18,6 +18,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 from psycopg import sql
 
+from auditchain.models import ChainHead
+from auditchain.services import trim_through
 from broker import audit
 from broker.audit import Actor
 from broker.models import ArchivedEvent, ClientChange
@@ -56,6 +58,7 @@ class Retention:
 
     dropped: list[DroppedDay] = field(default_factory=list)
     waiting: list[Waiting] = field(default_factory=list)
+    audit_entries_removed: int = 0
 
 
 def retain_days(table: PartitionedTable) -> int:
@@ -82,9 +85,9 @@ def apply_retention(*, export: bool = True) -> Retention:
     past retention that it covers and that holds nothing of a live event."""
     ensure_partitions()
     due = {table: past_retention(table) for table in PARTITIONED}
-    if export and any(days for table, days in due.items() if table.exported_as):
+    if export and (any(d for t, d in due.items() if t.exported_as) or settings.AUDIT_RETAIN_DAYS):
         export_changes()
-    outcome = Retention()
+    outcome = Retention(audit_entries_removed=trim_audit_log())
     with partitions_held():
         for table in PARTITIONED:
             for day in past_retention(table):  # again: another run may have dropped some
@@ -182,3 +185,37 @@ def archive_events(day: date) -> int:
         update_fields=["archived_at", "counts"],
     )
     return len(counts)
+
+
+# The first link of the chain to keep: that of the oldest entry written since the
+# horizon, or not yet exported (links follow the order transactions ended in).
+FIRST_KEPT_LINK = """
+SELECT min(l.position) FROM auditchain_auditlink l
+JOIN broker_auditentry e ON e.id = l.entry_id
+WHERE e.at >= %s OR e.txid >= %s
+"""
+
+
+def trim_audit_log() -> int:
+    """Remove the audit entries older than AUDIT_RETAIN_DAYS (0: none ever) that the
+    export has covered, from the oldest link on; audited. Returns how many."""
+    if not settings.AUDIT_RETAIN_DAYS:
+        return 0
+    watermark = ExportWatermark.objects.filter(table="audit").values_list("txid", flat=True)
+    if not watermark:
+        return 0
+    horizon = timezone.now() - timedelta(days=settings.AUDIT_RETAIN_DAYS)
+    with connection.cursor() as cursor:
+        cursor.execute(FIRST_KEPT_LINK, [horizon, watermark[0]])
+        first_kept = cursor.fetchone()[0]
+    head = ChainHead.objects.values_list("position", flat=True).first()
+    if head is None:
+        return 0
+    through = head if first_kept is None else first_kept - 1
+    removed = trim_through(position=through)
+    if removed:
+        audit.record_change(
+            actor=RETENTION, action="retention.audit", target="audit-log",
+            details={"entries": removed, "through_link": through, "before": horizon.isoformat()},
+        )  # fmt: skip
+    return removed

@@ -6,7 +6,7 @@ from django.db import connection
 
 from auditchain import verification
 from auditchain.models import AuditLink, ChainHead
-from auditchain.services import link_entries, verify_log, verify_since_last
+from auditchain.services import link_entries, trim_through, verify_log, verify_since_last
 from auditchain.verification import BROKEN, REMOVED, UNLINKED, findings
 from broker import audit
 from broker.audit import Actor
@@ -100,3 +100,25 @@ def test_an_entry_changed_after_it_was_verified_is_found_by_the_full_verificatio
     sql("UPDATE broker_auditentry SET reason = 'rewritten' WHERE id = %s", [linked[0]])
     assert verify_since_last().found == 0
     assert [f.entry_id for f in verify_log().listed] == [linked[0]]
+
+
+def test_a_log_trimmed_by_retention_verifies_from_its_new_start(linked):
+    assert trim_through(position=4) == 4
+
+    assert list(AuditEntry.objects.order_by("id").values_list("id", flat=True)) == linked[4:]
+    assert AuditLink.objects.order_by("position").first().position == 5
+    assert problems() == []
+    assert verify_log().found == 0 and verify_since_last().found == 0
+    assert trim_through(position=4) == 0  # done already
+
+
+def test_a_start_moved_by_hand_to_hide_entries_removed_after_it_is_found(linked):
+    trim_through(position=2)
+    # Entries 3 and 4 removed with their links, and the start moved past them: the
+    # chain from there on holds, the start's own code does not.
+    chain = AuditLink.objects.get(position=4).chain
+    sql("DELETE FROM broker_auditentry WHERE id IN (%s, %s)", linked[2:4])
+    sql("DELETE FROM auditchain_auditlink WHERE position IN (3, 4)")
+    sql("UPDATE auditchain_chainhead SET start_position = 4, start_chain = %s", [chain])
+
+    assert problems() == [(0, BROKEN)]

@@ -14,6 +14,9 @@ from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
+from auditchain.services import link_entries, verify_log
+from broker import audit
+from broker.audit import Actor
 from broker.models import ArchivedEvent, AuditEntry, Delivery, Event, TrafficRecord
 from broker.reads.progress import event_progress
 from demo.scenario import load_scenario
@@ -28,7 +31,8 @@ from lifecycle.partitions import (
     ensure_partitions,
     today,
 )
-from lifecycle.retention import apply_retention, past_retention
+from lifecycle.reads import retention_state
+from lifecycle.retention import Waiting, apply_retention, past_retention
 from reports.export import export_changes
 from reports.jobs import KINDS, job
 from reports.results import Params
@@ -120,6 +124,9 @@ def test_a_day_past_retention_waits_for_the_export_then_goes_and_its_events_keep
     kept = apply_retention(export=False)
 
     assert {w.why for w in kept.waiting} == {"the reports have never exported it"}
+    shown = {table.table: table for table in retention_state()}["broker_delivery"]
+    assert shown.past == len(due) and not shown.ok
+    assert shown.waiting[0] == Waiting("broker_delivery", due[0], kept.waiting[0].why)
     assert {d.table for d in kept.dropped} <= {"broker_clientchange"}  # no export to wait for
     dropped = apply_retention()
     assert not dropped.waiting
@@ -187,3 +194,33 @@ def test_an_archived_events_pages_say_so_and_show_the_counts_kept(old_incident, 
     assert 'id="waiting"' not in page  # no receiver to list, nor to resend to
     assert "data-archived" in listed
     assert 'data-retention-table="broker_delivery" data-ok="yes"' in health
+
+
+def a_month_of_audit_entries() -> None:
+    """Thirty days of entries, a day's each, linked in the order they were written."""
+    officer = Actor("user", "audrey")
+    for days_ago in range(30, 0, -1):
+        change = audit.Change(officer, "policy.set", f"client:web-{days_ago}", {})
+        audit.record_changes([change], at=timezone.now() - timedelta(days=days_ago))
+    link_entries()
+
+
+def test_the_audit_log_keeps_its_own_days_once_exported_and_still_verifies(settings):
+    a_month_of_audit_entries()
+    settings.AUDIT_RETAIN_DAYS = 10
+    assert apply_retention(export=False).audit_entries_removed == 0  # not exported yet
+
+    kept = apply_retention()
+
+    assert kept.audit_entries_removed == 21  # days 30 to 10: the tenth is older by now
+    assert not AuditEntry.objects.filter(at__lt=timezone.now() - timedelta(days=10)).exists()
+    assert AuditEntry.objects.filter(action="retention.audit").exists()
+    link_entries()
+    assert verify_log().found == 0
+
+
+def test_the_audit_log_is_kept_whole_by_default():
+    a_month_of_audit_entries()
+
+    assert apply_retention().audit_entries_removed == 0
+    assert AuditEntry.objects.count() >= 30
