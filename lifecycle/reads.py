@@ -60,14 +60,16 @@ class TransactionCounter:
         return (self.needed >> EPOCH_BITS) + 1
 
 
-def transaction_counter() -> TransactionCounter:
+def transaction_counter(*, thorough: bool = True) -> TransactionCounter:
     """Read the counter and the highest stored `txid` and watermark, table by table:
-    each is the top of an index (every `txid` column is indexed)."""
+    each is the top of an index. Not `thorough` (the health check, every few seconds):
+    the tables that are not partitioned only (events and the audit log are written by
+    every send), sparing the planning of a read of every day's partition."""
     with connection.cursor() as cursor:
         cursor.execute(NEXT_VALUE)
         next_value = cursor.fetchone()[0]
         needed, needed_by = 0, "nothing"
-        for table, column, past in _counter_columns(cursor):
+        for table, column, past in _counter_columns(cursor, thorough=thorough):
             cursor.execute(
                 composed(HIGHEST, column=sql.Identifier(column), table=sql.Identifier(table))
             )
@@ -77,7 +79,7 @@ def transaction_counter() -> TransactionCounter:
     return TransactionCounter(next_value, needed, needed_by)
 
 
-def _counter_columns(cursor) -> list[tuple[str, str, int]]:
+def _counter_columns(cursor, *, thorough: bool) -> list[tuple[str, str, int]]:
     """(table, column, 1 when the counter must pass the value, 0 when reaching it is
     enough) for every `txid` column of the schema's tables and every watermark."""
     # Those an index leads with (every `txid` a reader follows has one): the top of
@@ -85,10 +87,11 @@ def _counter_columns(cursor) -> list[tuple[str, str, int]]:
     # whole at every health check.
     cursor.execute(
         "SELECT c.relname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
-        " WHERE a.attname = 'txid' AND NOT a.attisdropped AND c.relkind IN ('r', 'p')"
+        " WHERE a.attname = 'txid' AND NOT a.attisdropped AND c.relkind::text = ANY(%s)"
         " AND NOT c.relispartition AND c.relnamespace = current_schema()::regnamespace"
         " AND EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.oid AND i.indkey[0] = a.attnum)"
-        " ORDER BY c.relname"
+        " ORDER BY c.relname",
+        [["r", "p"] if thorough else ["r"]],
     )
     columns = [(table, "txid", 1) for (table,) in cursor.fetchall()]
     present = set(connection.introspection.table_names(cursor))

@@ -106,9 +106,11 @@ def generate_traffic(request: Request) -> Written:
         request.controllers, registered_at=registered_at
     )
     rng = random.Random(request.seed)
-    # The days it writes have their partitions before the first COPY: rows a default
-    # partition took would be moved again, one day at a time.
-    ensure_partitions(first=request.start.date() - timedelta(days=1))
+    # The days it writes have their partitions before the first COPY (rows a default
+    # partition took would be moved again, one day at a time): from the incident's
+    # start to its last event's expiry, a week at most later.
+    day = request.start.date()
+    ensure_partitions(first=day - timedelta(days=1), last=day + timedelta(days=8))
     world = _world(Incident.beginning(request.start, timezone.now()), extra, rng)
     events = plan_events(Planner(world, rng), request.deliveries)
     with transaction.atomic():
