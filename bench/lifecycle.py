@@ -23,12 +23,16 @@ or more, or a send during the drops takes 1 s or more.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from bench.console import logged_in_client, measure
 from bench.services import fresh_database, run_in_process
@@ -39,6 +43,7 @@ PAGE_RATIO = 1.3
 DROP_BUDGET_S = 10.0
 SEND_BUDGET_S = 1.0
 SEND_RECEIVERS = 200  # a send's deliveries, recorded as its leaves record them
+TODAY_AT_LEAST = 60_000  # deliveries today: some 70 events, more than the events list's page
 
 
 def load_day(days_ago: int, deliveries: int, servers: int) -> int:
@@ -201,25 +206,60 @@ def report_pages(day: dict[str, dict], year: dict[str, dict]) -> bool:
     return ok
 
 
-def run(args, env: dict[str, str]) -> bool:
+def set_up(env: dict[str, str], *, keep: bool) -> bool:
+    """The database of `env` (made anew unless `keep`), Django, the static files;
+    whether the database was made anew."""
     import django
 
-    made = fresh_database(env, keep=args.reuse)
+    made = fresh_database(env, keep=keep)
     os.environ.update(env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     os.environ.setdefault("REPORTS_DATASET", str(FOLDER / "dataset"))
     django.setup()
     from django.core.management import call_command
 
+    call_command("collectstatic", interactive=False, verbosity=0)  # pages link to them
+    return made
+
+
+def load_today(args) -> None:
     from demo.scenario import load_scenario
 
-    call_command("collectstatic", interactive=False, verbosity=0)  # pages link to them
-    if made:
-        load_scenario(servers=0)
-        load_day(0, args.deliveries // args.days, args.servers)
+    load_scenario(servers=0)
+    # At least a page of events (50) on the events list, as with the year.
+    load_day(0, max(args.deliveries // args.days, TODAY_AT_LEAST), args.servers)
+
+
+def day_pages(args, env: dict[str, str]) -> dict[str, dict]:
+    """The pages with a day of history, timed in a database of their own on the same
+    server, by this bench in a process of its own (`--only-a-day`), just before the
+    year's: a database that keeps its year for `--reuse` is never emptied for it."""
+    parts = urlsplit(env["DATABASE_URL"])
+    day_url = urlunsplit(parts._replace(path=parts.path.rstrip("/") + "_day"))
+    child_env = {**env, "DATABASE_URL": day_url}
+    argv = [sys.executable, "-m", "bench.lifecycle", "--only-a-day", "--runs", str(args.runs)]
+    argv += ["--deliveries", str(args.deliveries), "--days", str(args.days)]
+    argv += ["--servers", str(args.servers)]
+    found = subprocess.run(argv, env=child_env, cwd=ROOT, check=True, capture_output=True)
+    lines = found.stdout.decode().splitlines()
+    print(lines[-2])
+    return json.loads(lines[-1])
+
+
+def only_a_day(args, env: dict[str, str]) -> bool:
+    set_up(env, keep=False)
+    load_today(args)
     print(f"a day: {counts()}")
-    day = time_pages(args.runs)
-    if made:
+    print(json.dumps(time_pages(args.runs)))
+    return True
+
+
+def run(args, env: dict[str, str]) -> bool:
+    if args.only_a_day:
+        return only_a_day(args, env)
+    day = day_pages(args, env)
+    if set_up(env, keep=args.reuse):
+        load_today(args)
         load_year(args)
     print(f"the year: {counts()}, {database_size() / 2**30:.2f} GiB")
     year = time_pages(args.runs)
@@ -246,6 +286,9 @@ def main() -> None:
     parser.add_argument("--retain-days", type=int, default=90, help="RETAIN_DAYS applied")
     parser.add_argument("--runs", type=int, default=10, help="timed runs per page")
     parser.add_argument("--reuse", action="store_true", help="keep the loaded database")
+    parser.add_argument(
+        "--only-a-day", action="store_true", help="(internal) time the pages with a day"
+    )
     run_in_process(run, parser.parse_args(), FOLDER)
 
 

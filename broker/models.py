@@ -7,6 +7,7 @@ Writes go through `broker.services`; nothing here holds business logic.
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
@@ -634,6 +635,10 @@ class ClientChange(models.Model):
     # missed what was dropped, and builds what it holds from the clients instead.
     KEPT_DAYS = 2
     STALE_AFTER_S = 24 * 3600
+    # `at` is the writer's clock at the write: a reader asks for the changes written
+    # from this long before its last read on (a transaction that ran long, a host's
+    # clock behind), which keeps its read to the newest day's partitions.
+    READ_OVERLAP = timedelta(hours=1)
 
     client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="changes")
     dispatcher = models.ForeignKey(Dispatcher, on_delete=models.CASCADE, related_name="changes")

@@ -86,7 +86,9 @@ class LeafState:
         self.dispatcher_id = dispatcher_id
         self.matcher = Matcher()
         self.horizon = snapshot_xmin()
-        self.read_at = time.monotonic()  # when the change log was last read
+        # When the change log was last read (by this process's clock, and by the
+        # wall clock the changes' `at` are written by).
+        self.read_at, self.read_wall = time.monotonic(), timezone.now()
         # The clients changed since this process last saw the stored summary cover
         # them; None: all of them (a state built afresh).
         self.unsummarised: set[int] | None = None
@@ -100,12 +102,13 @@ class LeafState:
         (reloading a client twice is harmless); below it, every change was committed
         before the previous read and so was seen then.
         """
-        return self.advance(*clients_changed_since(self.horizon, [self.dispatcher_id]))
+        changed = clients_changed_since(self.horizon, [self.dispatcher_id], read_at=self.read_wall)
+        return self.advance(*changed)
 
     def advance(self, horizon: int, changed: set[int]) -> dict[int, Before]:
         """Move to `horizon`, reading the changed clients again; return them, each with
         the receiver it was before."""
-        self.horizon, self.read_at = horizon, time.monotonic()
+        self.horizon, self.read_at, self.read_wall = horizon, time.monotonic(), timezone.now()
         before = {client_id: self.held_as(client_id) for client_id in changed}
         if self.unsummarised is not None:
             self.unsummarised |= changed
@@ -220,7 +223,7 @@ _LOCK_AND_CHANGES = f"""
 SELECT {{lock}}(%s, %s)::text,
        pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
        ARRAY(SELECT client_id FROM {ClientChange._meta.db_table}
-             WHERE dispatcher_id = %s AND txid >= %s)
+             WHERE dispatcher_id = %s AND txid >= %s AND at >= %s)
 """
 LOCK_AND_CHANGES = _LOCK_AND_CHANGES.format(lock="pg_advisory_xact_lock")
 HOLD_AND_CHANGES = _LOCK_AND_CHANGES.format(lock="pg_advisory_lock")
@@ -258,8 +261,11 @@ def leaf_held(dispatcher_id: int) -> Iterator[tuple[LeafState, dict[int, Before]
 def _lock(dispatcher_id: int, statement: str) -> tuple[int, list[int]]:
     state = _leaves.get(dispatcher_id)
     horizon = state.horizon if state is not None else 0
+    # A state built afresh reads no change (_fresh_state): any moment will do then.
+    since = (state.read_wall if state is not None else timezone.now()) - ClientChange.READ_OVERLAP
+    parameters = [LEAF_LOCK_NAMESPACE, dispatcher_id, dispatcher_id, horizon, since]
     with prepared_cursor() as cursor:
-        cursor.execute(statement, [LEAF_LOCK_NAMESPACE, dispatcher_id, dispatcher_id, horizon])
+        cursor.execute(statement, parameters)
         _, following, changed = cursor.fetchone()
     return following, changed
 

@@ -254,12 +254,17 @@ def attribute_provenance(client: Client) -> list[AttributeValue]:
 # read to stay fresh.
 
 
-def clients_changed_since(horizon: int, dispatchers) -> tuple[int, set[int]]:
+def clients_changed_since(horizon: int, dispatchers, *, read_at: datetime) -> tuple[int, set[int]]:
     """(the next horizon, the clients whose changes at these dispatchers (ids, or a
     query of ids) were written by transactions at or above `horizon`): every change
-    below the next horizon is committed and so seen by this read."""
+    below the next horizon is committed and so seen by this read. `read_at`: when the
+    reader last read the log (ClientChange.READ_OVERLAP)."""
     following = snapshot_xmin()
-    changes = ClientChange.objects.filter(dispatcher_id__in=dispatchers, txid__gte=horizon)
+    changes = ClientChange.objects.filter(
+        dispatcher_id__in=dispatchers,
+        txid__gte=horizon,
+        at__gte=read_at - ClientChange.READ_OVERLAP,
+    )
     return following, set(changes.values_list("client_id", flat=True))
 
 

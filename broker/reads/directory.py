@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
+from django.utils import timezone
+
 from broker.models import AgentPresence, Client, ClientChange, Dispatcher
 from broker.reads.clients import attributes_by_client, clients_changed_since, snapshot_xmin
 from broker.reads.policies import newest_policies
@@ -71,15 +73,18 @@ class Directory:
         self._presence_read_to: datetime | None = None
         self._by_name: list[tuple[str, int]] = []
         self.horizon = snapshot_xmin()
-        self.read_at = time.monotonic()  # when the change log was last read
+        # When the change log was last read (by this process's clock, and by the
+        # wall clock the changes' `at` are written by).
+        self.read_at, self.read_wall = time.monotonic(), timezone.now()
         self._reload(list(Client.objects.values_list("id", flat=True)))
         self.refresh_presence()
 
     def refresh(self) -> set[int]:
         """Apply the changes not surely seen before; return the changed client ids."""
         leaves = Dispatcher.objects.filter(is_leaf=True).values("id")
-        self.horizon, changed = clients_changed_since(self.horizon, leaves)
-        self.read_at = time.monotonic()
+        read_at = timezone.now()
+        self.horizon, changed = clients_changed_since(self.horizon, leaves, read_at=self.read_wall)
+        self.read_at, self.read_wall = time.monotonic(), read_at
         if changed:
             self._reload(changed)
         self.refresh_presence()

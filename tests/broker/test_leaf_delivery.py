@@ -257,6 +257,24 @@ def test_a_leaf_state_that_has_not_read_the_change_log_for_a_day_is_built_afresh
     assert receiver.pk in changed and changed[receiver.pk] is None  # everyone, from unknown
 
 
+@pytest.mark.django_db(transaction=True, databases=["default", "audit"])
+def test_a_change_stamped_before_the_last_read_by_a_long_transaction_is_still_read(stream):
+    # A change's `at` is its writer's clock when it wrote: a transaction that began
+    # half an hour before the leaf's last read commits after it.
+    receiver, _ = stream
+    leaf = receiver.dispatcher_id
+    with transaction.atomic():
+        state, _ = dispatch_state.locked_leaf_state(leaf)
+    change = ClientChange.objects.create(client=receiver, dispatcher_id=leaf)
+    stamped = state.read_wall - timedelta(minutes=30)
+    ClientChange.objects.filter(pk=change.pk).update(at=stamped)  # `at` is auto_now_add
+
+    with transaction.atomic():
+        _, changed = dispatch_state.locked_leaf_state(leaf)
+
+    assert changed.keys() == {receiver.pk}
+
+
 def _locks_or_reads_changes(sql: str) -> bool:
     return any(part in sql for part in ("pg_advisory", "pg_snapshot_xmin", "broker_clientchange"))
 
