@@ -282,7 +282,7 @@ class DeliveryWriter:
         self.lines = [EventLine.of(event) for event in events]
         self.fleet, self.fates, self.now, self.seed = fleet, fates, now, seed
         self.pools = Pools(random.Random(seed))
-        self.stamps = Stamps(_first_moment(events), now)
+        self.stamps = Stamps(_first_moment(events))
         self.indices = _indices_by_receiver(events, fleet)
 
     def write(self, *, audit_answers: bool) -> int:
