@@ -4,12 +4,10 @@ live, server by server, and resends to those that did not answer."""
 from __future__ import annotations
 
 from datetime import timedelta
-from urllib.parse import urlencode
 
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
-from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
@@ -17,7 +15,7 @@ from broker.models import Event
 from broker.reads.progress import event_progress, failed, recent_events, unanswered, with_counts
 from broker.roles import READ
 from console.access import requires
-from reports.filters import query_of
+from console.views.reports import report_page_url
 from reports.results import Params
 
 EVENTS_PER_PAGE = 50
@@ -62,5 +60,6 @@ def _reports_covering(event: Event) -> str:
     """The reach report's page over the minute the event was sent in (each receiver's
     fate is there once retention dropped its deliveries from the database)."""
     start = event.published_at.replace(second=0, microsecond=0)
-    window = Params(window_start=start, window_end=start + timedelta(minutes=1))
-    return f"{reverse('report', args=['reach'])}?{urlencode(query_of(window))}"
+    return report_page_url(
+        "reach", Params(window_start=start, window_end=start + timedelta(minutes=1))
+    )

@@ -128,7 +128,7 @@ def run_report(request: HttpRequest, kind: str) -> HttpResponse:
         if request.htmx:
             return render(request, f"{TEMPLATE}#problem", {"problem": problem}, status=400)
         return _page(request, kind, None, problem=problem, status=400, typed=request.POST)
-    url = _page_url(kind, params)
+    url = report_page_url(kind, params)
     return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
 
 
@@ -162,7 +162,8 @@ def _may_read_kind(request: HttpRequest, kind: str) -> bool:
     return extra is None or request.user.has_perm(extra)
 
 
-def _page_url(kind: str, params: Params) -> str:
+def report_page_url(kind: str, params: Params) -> str:
+    """The page of report `kind` showing `params` (the event page links one too)."""
     return f"{reverse('report', args=[kind])}?{page_query(params)}"
 
 
@@ -178,7 +179,7 @@ def _preset_redirect(request: HttpRequest, kind: str) -> HttpResponse:
     except InvalidInput as problem:
         return _page(request, kind, None, problem=problem, status=400)
     region = request.GET.get("region", "")
-    return redirect(_page_url(kind, Params(window.window_start, window.window_end, region)))
+    return redirect(report_page_url(kind, Params(window.window_start, window.window_end, region)))
 
 
 def _shown_params(request: HttpRequest, kind: str) -> Params:
