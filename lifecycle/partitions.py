@@ -64,6 +64,7 @@ PARTITIONED = (DELIVERIES, TRAFFIC, CLIENT_CHANGES)
 
 def composed(template: str, **names: sql.Composable) -> str:
     """`template` with identifiers quoted in, as text (Django's cursors log text)."""
+    connection.ensure_connection()  # quoting asks the connection for its encoding
     return sql.SQL(template).format(**names).as_string(connection.connection)
 
 

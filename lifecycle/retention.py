@@ -23,7 +23,7 @@ from auditchain.services import trim_through
 from broker import audit
 from broker.audit import Actor
 from broker.models import ArchivedEvent, ClientChange
-from broker.reads.progress import NO_DISPATCHER, NO_REGION
+from broker.reads.progress import NO_DISPATCHER, NO_REGION, state_counts
 from lifecycle.models import DroppedDay
 from lifecycle.partitions import (
     CLIENT_CHANGES,
@@ -152,29 +152,14 @@ def drop_past_day(table: PartitionedTable, day: date) -> DroppedDay:
     return dropped
 
 
-# The deliveries of one day's partition counted as broker.reads.progress counts one
-# event's (STATE_COUNTS), for every event in it at once.
-ARCHIVE_COUNTS = """
-SELECT d.event_id::text, d.state,
-       COALESCE(region.value #>> '{{}}', %s) AS region,
-       COALESCE(dispatcher.name, %s) AS dispatcher,
-       count(*)
-FROM {part} AS d
-JOIN broker_client AS c ON c.id = d.receiver_id
-LEFT JOIN broker_dispatcher AS dispatcher ON dispatcher.id = c.dispatcher_id
-LEFT JOIN broker_attributevalue AS region
-       ON region.client_id = d.receiver_id AND region.name = 'region'
-GROUP BY 1, 2, 3, 4
-"""
-
-
 def archive_events(day: date) -> int:
     """Keep what the deliveries of `day`'s partition came to, for each event in it;
     returns how many events. Idempotent (a second run writes the same)."""
     counts: dict[str, list] = {}
+    part = composed("{part}", part=sql.Identifier(DELIVERIES.partition(day)))
     with connection.cursor() as cursor:
-        part = sql.Identifier(DELIVERIES.partition(day))
-        cursor.execute(composed(ARCHIVE_COUNTS, part=part), [NO_REGION, NO_DISPATCHER])
+        # Counted as the event's page counts them (broker.reads.progress).
+        cursor.execute(state_counts(part, per_event=True), [NO_REGION, NO_DISPATCHER])
         for event_id, *row in cursor.fetchall():
             counts.setdefault(event_id, []).append(row)
     now = timezone.now()

@@ -92,19 +92,29 @@ class Progress:
         return self.live and bool(self.event.selector)
 
 
-STATE_COUNTS = """
-SELECT d.state,
-       COALESCE(region.value #>> '{}', %s) AS region,
+def state_counts(deliveries: str, *, where: str = "", per_event: bool = False) -> str:
+    """The statement counting the deliveries of `deliveries` (a table or a partition,
+    quoted) by state, region and dispatcher, as an event's page shows them (and as
+    retention keeps them: lifecycle.retention), led by each row's event if `per_event`.
+    Its first two parameters label no region and no dispatcher; `where`'s follow."""
+    lead, groups = ("d.event_id::text, ", "1, 2, 3, 4") if per_event else ("", "1, 2, 3")
+    return f"""
+SELECT {lead}d.state,
+       COALESCE(region.value #>> '{{}}', %s) AS region,
        COALESCE(dispatcher.name, %s) AS dispatcher,
        count(*)
-FROM broker_delivery AS d
+FROM {deliveries} AS d
 JOIN broker_client AS c ON c.id = d.receiver_id
 LEFT JOIN broker_dispatcher AS dispatcher ON dispatcher.id = c.dispatcher_id
 LEFT JOIN broker_attributevalue AS region
        ON region.client_id = d.receiver_id AND region.name = 'region'
-WHERE d.event_id = %s AND d.expires_at = %s  -- the event's partition only
-GROUP BY 1, 2, 3
+{where}
+GROUP BY {groups}
 """
+
+
+# One event's, from its partition only.
+STATE_COUNTS = state_counts("broker_delivery", where="WHERE d.event_id = %s AND d.expires_at = %s")
 
 
 def event_progress(event: Event) -> Progress:
@@ -199,10 +209,13 @@ def with_counts(events: list[Event]) -> list[Event]:
 
 def _archived_tallies(event_ids: list) -> dict:
     """{event id: its tally as retention kept it} for those of `event_ids` archived."""
-    tallies = {}
     kept = ArchivedEvent.objects.filter(event__in=event_ids).values_list("event_id", "counts")
-    for event_id, counts in kept:
-        tallies[event_id] = Tally()
-        for state, _, _, count in counts:
-            tallies[event_id].add(state, count)
-    return tallies
+    return {event_id: tally_of(counts) for event_id, counts in kept}
+
+
+def tally_of(counts) -> Tally:
+    """The total of (state, region, dispatcher, count) rows, as STATE_COUNTS reads them."""
+    tally = Tally()
+    for state, _, _, count in counts:
+        tally.add(state, count)
+    return tally
