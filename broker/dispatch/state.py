@@ -29,7 +29,7 @@ from broker.models import (
     PolicyVersion,
 )
 from broker.prepared import int_array, plan_once, prepared_cursor
-from broker.reads.clients import clients_changed_since, snapshot_xmin
+from broker.reads.clients import LogRead, clients_changed_since, snapshot_xmin
 from broker.vocabulary import FRESH_FOR_S, STAMP_COLUMNS, Vocabulary, vocabulary, vocabulary_at
 from policies import Matcher, Policy
 
@@ -86,9 +86,7 @@ class LeafState:
         self.dispatcher_id = dispatcher_id
         self.matcher = Matcher()
         self.horizon = snapshot_xmin()
-        # When the change log was last read (by this process's clock, and by the
-        # wall clock the changes' `at` are written by).
-        self.read_at, self.read_wall = time.monotonic(), timezone.now()
+        self.last_read = LogRead.now()
         # The clients changed since this process last saw the stored summary cover
         # them; None: all of them (a state built afresh).
         self.unsummarised: set[int] | None = None
@@ -102,24 +100,20 @@ class LeafState:
         (reloading a client twice is harmless); below it, every change was committed
         before the previous read and so was seen then.
         """
-        changed = clients_changed_since(self.horizon, [self.dispatcher_id], read_at=self.read_wall)
-        return self.advance(*changed)
+        return self.advance(
+            *clients_changed_since(self.horizon, [self.dispatcher_id], last=self.last_read)
+        )
 
     def advance(self, horizon: int, changed: set[int]) -> dict[int, Before]:
         """Move to `horizon`, reading the changed clients again; return them, each with
         the receiver it was before."""
-        self.horizon, self.read_at, self.read_wall = horizon, time.monotonic(), timezone.now()
+        self.horizon, self.last_read = horizon, LogRead.now()
         before = {client_id: self.held_as(client_id) for client_id in changed}
         if self.unsummarised is not None:
             self.unsummarised |= changed
         if changed:
             self.reload(changed)
         return before
-
-    def stale(self) -> bool:
-        """Whether the change log went unread long enough for retention to have
-        dropped changes it would have read (ClientChange.STALE_AFTER_S)."""
-        return time.monotonic() - self.read_at > ClientChange.STALE_AFTER_S
 
     def held_as(self, client_id: int) -> Before:
         """The client as a receiver here (attributes, policy); None if it is none."""
@@ -262,7 +256,7 @@ def _lock(dispatcher_id: int, statement: str) -> tuple[int, list[int]]:
     state = _leaves.get(dispatcher_id)
     horizon = state.horizon if state is not None else 0
     # A state built afresh reads no change (_fresh_state): any moment will do then.
-    since = (state.read_wall if state is not None else timezone.now()) - ClientChange.READ_OVERLAP
+    since = (state.last_read if state is not None else LogRead.now()).since
     parameters = [LEAF_LOCK_NAMESPACE, dispatcher_id, dispatcher_id, horizon, since]
     with prepared_cursor() as cursor:
         cursor.execute(statement, parameters)
@@ -274,7 +268,7 @@ def _fresh_state(
     dispatcher_id: int, following: int, changed: list[int]
 ) -> tuple[LeafState, dict[int, Before]]:
     state = _leaves.get(dispatcher_id)
-    if state is None or state.stale():
+    if state is None or state.last_read.stale():
         state = _leaves[dispatcher_id] = LeafState(dispatcher_id)
         return state, dict.fromkeys(state.matcher.selected(None))
     return state, state.advance(following, set(changed))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -254,16 +255,39 @@ def attribute_provenance(client: Client) -> list[AttributeValue]:
 # read to stay fresh.
 
 
-def clients_changed_since(horizon: int, dispatchers, *, read_at: datetime) -> tuple[int, set[int]]:
+@dataclass(frozen=True)
+class LogRead:
+    """When a reader of the change log (a leaf's state, the console's directory) last
+    read it: by this process's clock, and by the wall clock the changes' `at` are
+    written by."""
+
+    monotonic: float
+    wall: datetime
+
+    @classmethod
+    def now(cls) -> LogRead:
+        return cls(time.monotonic(), timezone.now())
+
+    @property
+    def since(self) -> datetime:
+        """Whence the next read asks for changes (ClientChange.READ_OVERLAP)."""
+        return self.wall - ClientChange.READ_OVERLAP
+
+    def stale(self) -> bool:
+        """Whether the log went unread long enough for retention to have dropped
+        changes the next read would have had (ClientChange.STALE_AFTER_S): then the
+        reader builds what it holds afresh instead."""
+        return time.monotonic() - self.monotonic > ClientChange.STALE_AFTER_S
+
+
+def clients_changed_since(horizon: int, dispatchers, *, last: LogRead) -> tuple[int, set[int]]:
     """(the next horizon, the clients whose changes at these dispatchers (ids, or a
     query of ids) were written by transactions at or above `horizon`): every change
-    below the next horizon is committed and so seen by this read. `read_at`: when the
-    reader last read the log (ClientChange.READ_OVERLAP)."""
+    below the next horizon is committed and so seen by this read. `last`: the
+    reader's last read."""
     following = snapshot_xmin()
     changes = ClientChange.objects.filter(
-        dispatcher_id__in=dispatchers,
-        txid__gte=horizon,
-        at__gte=read_at - ClientChange.READ_OVERLAP,
+        dispatcher_id__in=dispatchers, txid__gte=horizon, at__gte=last.since
     )
     return following, set(changes.values_list("client_id", flat=True))
 

@@ -12,7 +12,6 @@ Nothing here is authoritative: a process that loses it rebuilds it.
 from __future__ import annotations
 
 import threading
-import time
 from bisect import insort
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -21,10 +20,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
-from django.utils import timezone
-
-from broker.models import AgentPresence, Client, ClientChange, Dispatcher
-from broker.reads.clients import attributes_by_client, clients_changed_since, snapshot_xmin
+from broker.models import AgentPresence, Client, Dispatcher
+from broker.reads.clients import (
+    LogRead,
+    attributes_by_client,
+    clients_changed_since,
+    snapshot_xmin,
+)
 from broker.reads.policies import newest_policies
 from broker.reads.presence import is_connected, verifies_signatures
 from policies import Matcher, Policy, Selector
@@ -73,18 +75,16 @@ class Directory:
         self._presence_read_to: datetime | None = None
         self._by_name: list[tuple[str, int]] = []
         self.horizon = snapshot_xmin()
-        # When the change log was last read (by this process's clock, and by the
-        # wall clock the changes' `at` are written by).
-        self.read_at, self.read_wall = time.monotonic(), timezone.now()
+        self.last_read = LogRead.now()
         self._reload(list(Client.objects.values_list("id", flat=True)))
         self.refresh_presence()
 
     def refresh(self) -> set[int]:
         """Apply the changes not surely seen before; return the changed client ids."""
         leaves = Dispatcher.objects.filter(is_leaf=True).values("id")
-        read_at = timezone.now()
-        self.horizon, changed = clients_changed_since(self.horizon, leaves, read_at=self.read_wall)
-        self.read_at, self.read_wall = time.monotonic(), read_at
+        reading = LogRead.now()
+        self.horizon, changed = clients_changed_since(self.horizon, leaves, last=self.last_read)
+        self.last_read = reading
         if changed:
             self._reload(changed)
         self.refresh_presence()
@@ -123,12 +123,6 @@ class Directory:
         """Whether clients were deleted behind its back (they never are, but a test
         database is emptied between tests): then it must be built anew."""
         return Client.objects.count() < len(self.entries)
-
-    def stale(self) -> bool:
-        """Whether the change log went unread long enough for retention to have
-        dropped changes it would have read (ClientChange.STALE_AFTER_S): then it must
-        be built anew."""
-        return time.monotonic() - self.read_at > ClientChange.STALE_AFTER_S
 
     def select(self, selector: Selector | None) -> set[int]:
         """Ids of the clients the selector selects (all of them for None)."""
@@ -236,7 +230,7 @@ def fresh_directory() -> Iterator[Directory]:
     """This process's directory, brought up to date, held for the caller alone."""
     global _directory
     with _lock:
-        if _directory is not None and _directory.stale():
+        if _directory is not None and _directory.last_read.stale():
             _directory = None
         if _directory is not None:
             _directory.refresh()

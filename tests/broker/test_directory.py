@@ -1,5 +1,7 @@
 """The console's directory of clients, per process, kept fresh from the change log."""
 
+from dataclasses import replace
+
 import pytest
 
 from broker.models import (
@@ -41,7 +43,10 @@ def test_a_directory_that_has_not_read_the_change_log_for_a_day_is_read_anew():
     # Retention keeps two days of the log: what it dropped could have been unread here.
     load_scenario(servers=4)
     with fresh_directory() as directory:
-        directory.read_at -= ClientChange.STALE_AFTER_S + 1
+        directory.last_read = replace(
+            directory.last_read,
+            monotonic=directory.last_read.monotonic - ClientChange.STALE_AFTER_S - 1,
+        )
         old = directory
 
     with fresh_directory() as directory:

@@ -3,6 +3,7 @@ arrive in the order a real fault produces (some held up upstream, later ones fir
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -248,7 +249,9 @@ def test_a_leaf_state_that_has_not_read_the_change_log_for_a_day_is_built_afresh
     leaf = receiver.dispatcher_id
     with transaction.atomic():
         old, _ = dispatch_state.locked_leaf_state(leaf)
-    old.read_at -= ClientChange.STALE_AFTER_S + 1
+    old.last_read = replace(
+        old.last_read, monotonic=old.last_read.monotonic - ClientChange.STALE_AFTER_S - 1
+    )
 
     with transaction.atomic():
         state, changed = dispatch_state.locked_leaf_state(leaf)
@@ -266,7 +269,7 @@ def test_a_change_stamped_before_the_last_read_by_a_long_transaction_is_still_re
     with transaction.atomic():
         state, _ = dispatch_state.locked_leaf_state(leaf)
     change = ClientChange.objects.create(client=receiver, dispatcher_id=leaf)
-    stamped = state.read_wall - timedelta(minutes=30)
+    stamped = state.last_read.wall - timedelta(minutes=30)
     ClientChange.objects.filter(pk=change.pk).update(at=stamped)  # `at` is auto_now_add
 
     with transaction.atomic():
