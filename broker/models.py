@@ -246,6 +246,10 @@ class AttributeHistory(models.Model):
     trigger is the one place none of them can forget. A row takes effect at `at`: the
     value's `set_at` for SET, the renewal's moment for RENEWED (only `expires_at`
     moved), `revoked_at` for REVOKED (the value that was revoked is kept).
+
+    Partitioned by the day of `at` (migration 0029) and kept RETAIN_DAYS_ATTRIBUTES
+    days: the values standing at the first day kept are carried into it, so a read as
+    of any moment from then on finds what it found before (docs/operations.md).
     """
 
     class Kind(models.TextChoices):
@@ -276,14 +280,30 @@ class AttributeHistory(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_by = models.CharField(max_length=200, blank=True, db_default="")
     at = models.DateTimeField()
+    # Set on a copy retention made of the value standing when it dropped the day the
+    # value was written in (lifecycle.retention.carry_forward): the original row's `at`,
+    # while this one takes effect from the first day kept. Not exported: the reports'
+    # dataset holds the original.
+    carried_from = models.DateTimeField(null=True, blank=True)
     txid = last_writer_txid()
 
     class Meta:
-        indexes = [models.Index(fields=["client", "name", "at"], name="attribute_history_at")]
+        indexes = [
+            models.Index(fields=["client", "name", "at"], name="attribute_history_at"),
+            # Where the history kept starts (broker.reads.history.history_kept_from).
+            models.Index(
+                fields=["at"], condition=Q(carried_from__isnull=False), name="attribute_carried"
+            ),
+        ]
         verbose_name_plural = "attribute history"
 
     def __str__(self) -> str:
         return f"{self.client_id}.{self.name} {self.kind} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+    @property
+    def happened_at(self):
+        """When the change this row records happened (a carried copy's original)."""
+        return self.carried_from or self.at
 
 
 class AgentPresence(models.Model):

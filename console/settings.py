@@ -370,13 +370,14 @@ AUDIT_VERIFY_S = env_int("AUDIT_VERIFY_S", 3600, minimum=60)
 # checkpoints are checked with these public keys (comma-separated) and the host's own.
 AUDIT_CHECKPOINT_S = env_int("AUDIT_CHECKPOINT_S", 3600, minimum=10)
 AUDIT_CHECKPOINT_KEYS = env_list("AUDIT_CHECKPOINT_KEYS", [])
-# Retention (lifecycle): days of deliveries and traffic records older than these are
-# dropped, once the reports' export has covered them; at least 8 (a delivery is final
-# 8 days after its event expired, broker.models.Delivery.FINAL_AFTER_DAYS).
+# Retention (lifecycle): days of deliveries, traffic records and attribute history older
+# than these are dropped, once the reports' export has covered them; at least 8 (a
+# delivery is final 8 days after its event expired, Delivery.FINAL_AFTER_DAYS).
 RETAIN_DAYS = env_int("RETAIN_DAYS", 90, minimum=8)
 RETAIN_DAYS_BY_GROUP = {
     "deliveries": env_int("RETAIN_DAYS_DELIVERIES", RETAIN_DAYS, minimum=8),
     "traffic": env_int("RETAIN_DAYS_TRAFFIC", RETAIN_DAYS, minimum=8),
+    "attributes": env_int("RETAIN_DAYS_ATTRIBUTES", RETAIN_DAYS, minimum=8),
 }
 # The audit log's own retention, in days: 0 keeps it for good. Entries older are removed
 # once exported, and the audit chain starts after them (auditchain.services.trim_through).

@@ -59,7 +59,10 @@ class PartitionedTable:
 DELIVERIES = PartitionedTable("broker_delivery", "expires_at", "deliveries", "deliveries", True)
 TRAFFIC = PartitionedTable("broker_trafficrecord", "at", "traffic", "hops", True)
 CLIENT_CHANGES = PartitionedTable("broker_clientchange", "at", "changes")
-PARTITIONED = (DELIVERIES, TRAFFIC, CLIENT_CHANGES)
+ATTRIBUTE_HISTORY = PartitionedTable(
+    "broker_attributehistory", "at", "attributes", "attribute_history"
+)
+PARTITIONED = (DELIVERIES, TRAFFIC, CLIENT_CHANGES, ATTRIBUTE_HISTORY)
 
 
 def composed(template: str, **names: sql.Composable) -> str:
@@ -106,6 +109,13 @@ def ensure_partitions(*, first: date | None = None, last: date | None = None) ->
                 _attach_day(table, day)
                 made.append(table.partition(day))
     return made
+
+
+def ensure_day(table: PartitionedTable, day: date) -> None:
+    """Make `day`'s partition of `table` unless it has one (a day in the past that no
+    row was written on, before rows are written there). Hold `partitions_held`."""
+    if day not in days_of(table):
+        _attach_day(table, day)
 
 
 @contextmanager

@@ -26,13 +26,16 @@ from broker.models import ArchivedEvent, ClientChange
 from broker.reads.progress import NO_DISPATCHER, NO_REGION, state_counts
 from lifecycle.models import DroppedDay
 from lifecycle.partitions import (
+    ATTRIBUTE_HISTORY,
     CLIENT_CHANGES,
     DELIVERIES,
     PARTITIONED,
     PartitionedTable,
     composed,
+    day_start,
     days_of,
     drop_day,
+    ensure_day,
     ensure_partitions,
     partitions_held,
     today,
@@ -137,15 +140,20 @@ def drop_past_day(table: PartitionedTable, day: date) -> DroppedDay:
     """Archive the day's events (deliveries), drop the partition and record it, in
     one transaction: the parent's lock, taken last, is held only for the record. Drops
     whatever the day holds: `waiting_for` says whether it may."""
+    if table is ATTRIBUTE_HISTORY:
+        ensure_day(table, horizon(table))  # where the standing values are carried to
     with transaction.atomic():
         rows = _scalar("SELECT count(*) FROM {part}", table, day)
         archived = archive_events(day) if table is DELIVERIES else 0
+        carried = carry_forward(day) if table is ATTRIBUTE_HISTORY else 0
         watermark = export_watermark(table)
         drop_day(table, day)
         dropped = DroppedDay.objects.create(
             table=table.table, day=day, rows=rows, watermark=watermark, dropped_at=timezone.now()
         )
         details = {"rows": rows, "watermark": watermark, "events_archived": archived}
+        if table is ATTRIBUTE_HISTORY:
+            details["values_carried"] = carried
         audit.record_change(
             actor=RETENTION, action="retention.drop", target=f"{table.table}:{day}", details=details
         )
@@ -170,6 +178,38 @@ def archive_events(day: date) -> int:
         update_fields=["archived_at", "counts"],
     )
     return len(counts)
+
+
+# For each client (still registered) and attribute, its newest row in the day about to
+# be dropped, unless a later one takes effect by the first moment kept: a copy of it,
+# taking effect at that moment. A second run finds the copy and adds none.
+CARRY_FORWARD = """
+INSERT INTO {parent} (client_id, name, kind, value, source, authority_id, set_at,
+                      expires_at, revoked_by, at, carried_from)
+SELECT h.client_id, h.name, h.kind, h.value, h.source, h.authority_id, h.set_at,
+       h.expires_at, h.revoked_by, %(first_kept)s, coalesce(h.carried_from, h.at)
+FROM (SELECT DISTINCT ON (client_id, name) * FROM {part}
+      ORDER BY client_id, name, at DESC, id DESC) AS h
+WHERE EXISTS (SELECT FROM broker_client AS c WHERE c.id = h.client_id)
+  AND NOT EXISTS (
+    SELECT FROM {parent} AS later
+    WHERE later.client_id = h.client_id AND later.name = h.name
+      AND later.at > h.at AND later.at <= %(first_kept)s)
+"""
+
+
+def carry_forward(day: date) -> int:
+    """Copy the attribute values standing at the end of `day` (about to be dropped)
+    into the first day kept, so that what a client held "as of" any moment kept reads
+    the same after the drop; returns how many. Idempotent."""
+    first_kept = day_start(horizon(ATTRIBUTE_HISTORY))
+    names = {
+        "parent": sql.Identifier(ATTRIBUTE_HISTORY.table),
+        "part": sql.Identifier(ATTRIBUTE_HISTORY.partition(day)),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(composed(CARRY_FORWARD, **names), {"first_kept": first_kept})
+        return cursor.rowcount
 
 
 # The first link of the chain to keep: that of the oldest entry written since the

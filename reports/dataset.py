@@ -36,13 +36,15 @@ class Column:
 
 @dataclass(frozen=True)
 class Table:
-    """One table of the dataset. `source` is the FROM clause; an incremental table
-    has a `txid` column and is read between watermarks."""
+    """One table of the dataset. `source` is the FROM clause and `kept` the condition
+    on its rows (default: all); an incremental table has a `txid` column and is read
+    between watermarks."""
 
     name: str
     source: str
     columns: tuple[Column, ...]
     incremental: bool
+    kept: str = "true"
 
     @property
     def schema(self) -> pa.Schema:
@@ -186,6 +188,7 @@ ATTRIBUTE_HISTORY = Table(
         integer("txid", "h.txid"),
     ),
     incremental=True,
+    kept="h.carried_from IS NULL",  # retention's copies: the dataset has the originals
 )
 
 # A client's region is its live `region` attribute (attested wins over stated).

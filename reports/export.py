@@ -150,10 +150,10 @@ def _export_table(table: Table, root: Path, *, xmin: int, now: datetime) -> int:
 
 def _select(table: Table, *, since: int | None = None, below: int | None = None) -> str:
     columns = ", ".join(column.sql for column in table.columns)
-    query = f"SELECT {columns} FROM {table.source}"
+    query = f"SELECT {columns} FROM {table.source} WHERE {table.kept}"
     if since is not None:
         txid = next(c.sql for c in table.columns if c.name == "txid")
-        query += f" WHERE {txid} >= {int(since)} AND {txid} < {int(below)}"
+        query += f" AND {txid} >= {int(since)} AND {txid} < {int(below)}"
     return query
 
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db.models import Min
+
 from broker.models import (
     AttributeHistory,
     AttributeValue,
@@ -76,7 +78,7 @@ def lapsed_as_of(client: Client, moment: datetime, names: set[str]) -> dict[str,
 
 def _lapse(client: Client, row: AttributeHistory, moment: datetime) -> Lapse | None:
     if row.kind == AttributeHistory.Kind.REVOKED:
-        how, at = "revoked", row.at
+        how, at = "revoked", row.happened_at
     elif row.expires_at is not None and row.expires_at <= moment:
         how, at = "expired", row.expires_at
     else:
@@ -88,6 +90,14 @@ def _lapse(client: Client, row: AttributeHistory, moment: datetime) -> Lapse | N
 def _provenance(row: AttributeHistory) -> Provenance:
     authority = row.authority.name if row.authority_id else None
     return Provenance(row.value, row.source, authority, row.set_at, row.expires_at)
+
+
+def history_kept_from() -> datetime | None:
+    """The first moment the attribute history still holds every value standing at:
+    retention carried them to it when it dropped the days before (None: nothing was
+    dropped). Reads "as of" an earlier moment miss what those days held."""
+    carried = AttributeHistory.objects.filter(carried_from__isnull=False)
+    return carried.aggregate(first=Min("at"))["first"]
 
 
 def policy_as_of(client: Client, moment: datetime) -> PolicyVersion | None:

@@ -26,7 +26,14 @@ from broker.models import (
 )
 from broker.reads.clients import current_attributes
 from broker.reads.deliveries import deliveries_of
-from broker.reads.history import Lapse, Provenance, attributes_as_of, lapsed_as_of, policy_as_of
+from broker.reads.history import (
+    Lapse,
+    Provenance,
+    attributes_as_of,
+    history_kept_from,
+    lapsed_as_of,
+    policy_as_of,
+)
 from broker.reads.policies import current_policy
 from broker.vocabulary import stored_selector, vocabulary
 from policies import Policy, Selector
@@ -195,6 +202,9 @@ class Why:
     # Retention dropped the event's deliveries: whether this one was among them is in
     # the reports' dataset, not here (the checks still say whether it matched).
     archived: bool = False
+    # Retention dropped the attribute history before this moment (the moment of the
+    # checks is earlier): the checks read none of the values of then.
+    history_kept_from: datetime | None = None
 
     @property
     def delivered(self) -> bool:
@@ -229,7 +239,14 @@ def why(event: Event, client: Client) -> Why:
         live=live,
         came_later=came_later,
         archived=ArchivedEvent.objects.filter(event=event).exists(),
+        history_kept_from=_history_dropped_before(moment),
     )
+
+
+def _history_dropped_before(moment: datetime) -> datetime | None:
+    """Where the attribute history kept starts, if `moment` is before it."""
+    kept_from = history_kept_from()
+    return kept_from if kept_from is not None and moment < kept_from else None
 
 
 def _matched_at_publish(event: Event, client: Client, selector: Selector | None) -> bool:
@@ -409,6 +426,11 @@ def _verdict_words(found: Why) -> str:
         return (
             "may have got it: the event's deliveries were removed by retention, and whether"
             " it had one is in the reports (the reach report of the minute it was sent)"
+        )
+    if found.history_kept_from:
+        return (
+            "did not get it, and why cannot be told here: its attributes then were removed"
+            " by retention (the reports' dataset holds them)"
         )
     reason = _refusal(found)
     return f"did not get it: {reason}"

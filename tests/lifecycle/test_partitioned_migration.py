@@ -67,6 +67,12 @@ def populate(connection) -> None:
         ).fetchone()[0]
         for n in range(RECEIVERS)
     ]
+    for client, days in zip(clients, (40, 3), strict=False):  # their history, by trigger
+        run(
+            "INSERT INTO broker_attributevalue (client_id, name, value, source, set_at,"
+            " revoked_by) VALUES (%s, 'region', '\"eu\"', 'client', now() - %s, '')",
+            [client, timedelta(days=days)],
+        )
     for age in (timedelta(days=5), timedelta(minutes=5)):  # the first is read long ago
         run(
             "INSERT INTO broker_clientchange (client_id, dispatcher_id, at)"
@@ -93,6 +99,9 @@ def populate(connection) -> None:
         )
 
 
+HISTORY_BY_DAY = "SELECT client_id, name, kind, at, txid FROM broker_attributehistory ORDER BY id"
+
+
 def test_a_populated_database_migrates_into_day_partitions_losing_nothing(
     database_before_partitions,
 ):
@@ -100,6 +109,7 @@ def test_a_populated_database_migrates_into_day_partitions_losing_nothing(
     with psycopg.connect(url, autocommit=True) as connection:
         populate(connection)
         before = connection.execute("SELECT max(id), count(*) FROM broker_delivery").fetchone()
+        history = connection.execute(HISTORY_BY_DAY).fetchall()
 
     migrate(url)
 
@@ -118,6 +128,11 @@ def test_a_populated_database_migrates_into_day_partitions_losing_nothing(
             ("broker_delivery_p20260302", 6),
             ("broker_delivery_p20260305", 3),
         ]
+        assert run(HISTORY_BY_DAY).fetchall() == history and len(history) == 2
+        assert run(
+            "SELECT count(*) FROM broker_attributehistory WHERE tableoid::regclass::text"
+            " = 'broker_attributehistory_p' || to_char(at AT TIME ZONE 'UTC', 'YYYYMMDD')"
+        ).fetchone() == (2,)
         hops = run("SELECT DISTINCT tableoid::regclass::text FROM broker_trafficrecord").fetchall()
         assert len(hops) == 3 and ("broker_trafficrecord_default",) not in hops
         (changes,) = run("SELECT tableoid::regclass::text, at FROM broker_clientchange").fetchall()

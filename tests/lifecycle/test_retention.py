@@ -6,8 +6,9 @@ anything of a live event or of rows written since the export is kept and says wh
 from __future__ import annotations
 
 import io
-from datetime import timedelta
+from datetime import UTC, timedelta
 
+import pyarrow.dataset
 import pytest
 from django.core.management import call_command
 from django.db import connection
@@ -17,22 +18,40 @@ from django.utils import timezone
 from auditchain.services import link_entries, verify_log
 from broker import audit
 from broker.audit import Actor
-from broker.models import ArchivedEvent, AuditEntry, Delivery, Event, TrafficRecord
+from broker.models import (
+    ArchivedEvent,
+    AttributeHistory,
+    AttributeValue,
+    AuditEntry,
+    Client,
+    Delivery,
+    Event,
+    TrafficRecord,
+)
+from broker.reads.history import attributes_as_of, history_kept_from, lapsed_as_of
 from broker.reads.progress import event_progress
 from demo.scenario import load_scenario
 from lifecycle.models import DroppedDay
 from lifecycle.partitions import (
     AHEAD_DAYS,
+    ATTRIBUTE_HISTORY,
     DELIVERIES,
     PARTITIONED,
     TRAFFIC,
+    day_start,
     days_of,
     drop_day,
     ensure_partitions,
     today,
 )
 from lifecycle.reads import retention_state
-from lifecycle.retention import Waiting, apply_retention, past_retention
+from lifecycle.retention import (
+    Waiting,
+    apply_retention,
+    carry_forward,
+    horizon,
+    past_retention,
+)
 from reports.export import export_changes
 from reports.jobs import KINDS, job
 from reports.results import Params
@@ -48,7 +67,7 @@ DAYS_AGO = 20
 def no_day_partitions_left(settings, tmp_path):
     """Each test starts with only the default partitions, and its own dataset."""
     settings.REPORTS_DATASET = tmp_path / "dataset"
-    settings.RETAIN_DAYS_BY_GROUP = {"deliveries": 10, "traffic": 10}
+    settings.RETAIN_DAYS_BY_GROUP = {"deliveries": 10, "traffic": 10, "attributes": 10}
     drop_every_day()
     yield
     drop_every_day()
@@ -224,3 +243,95 @@ def test_the_audit_log_is_kept_whole_by_default():
 
     assert apply_retention().audit_entries_removed == 0
     assert AuditEntry.objects.count() >= 30
+
+
+def a_receivers_changing_values(receiver: Client) -> dict:
+    """Its region set 30, 15 and 5 days ago, a trust attested 25 days ago and revoked
+    12 days ago (set as the services would, backdated): {name: when it changed}."""
+    ago = {d: timezone.now() - timedelta(days=d) for d in (30, 25, 15, 12, 5)}
+    values = AttributeValue.objects.filter(client=receiver)
+    for days, region in ((30, "eu-west"), (15, "us-east"), (5, "ap-south")):
+        values.filter(name="region").update(value=region, set_at=ago[days])
+    AttributeValue.objects.update_or_create(
+        client=receiver, name="clearance",
+        defaults={"value": "high", "source": "client", "set_at": ago[25]},
+    )  # fmt: skip
+    values.filter(name="clearance").update(revoked_at=ago[12], revoked_by="user:audrey")
+    return ago
+
+
+def held_as_of(receiver: Client, moments) -> list:
+    return [attributes_as_of(receiver, moment) for moment in moments]
+
+
+def test_dropped_days_of_attribute_history_leave_every_value_standing_since_as_it_was(
+    old_incident,
+):
+    receiver = Delivery.objects.first().receiver
+    ago = a_receivers_changing_values(receiver)
+    first_kept = day_start(horizon(ATTRIBUTE_HISTORY))
+    moments = [first_kept, first_kept + timedelta(hours=1), ago[5], timezone.now()]
+    before = held_as_of(receiver, moments)
+    assert before[0]["region"].value == "us-east" and "clearance" not in before[0]
+
+    dropped = apply_retention()
+
+    assert {d.table for d in dropped.dropped} >= {ATTRIBUTE_HISTORY.table}
+    assert not AttributeHistory.objects.filter(at__lt=first_kept).exists()
+    assert held_as_of(receiver, moments) == before
+    lapse = lapsed_as_of(receiver, timezone.now(), {"clearance"})["clearance"]
+    assert lapse.how == "revoked" and lapse.at == ago[12]  # when it was, not when carried
+    assert history_kept_from() == first_kept
+    carried = AttributeHistory.objects.filter(carried_from__isnull=False)
+    mine = dict(carried.filter(client=receiver).values_list("name", "carried_from"))
+    assert mine["region"] == ago[15] and mine["clearance"] == ago[12]
+    entries = AuditEntry.objects.filter(target__startswith=ATTRIBUTE_HISTORY.table)
+    assert sum(e.details["values_carried"] for e in entries) == carried.count()
+
+
+def test_carrying_values_forward_twice_adds_nothing_the_second_time_nor_for_removed_clients(
+    old_incident,
+):
+    receiver = Delivery.objects.first().receiver
+    ago = a_receivers_changing_values(receiver)
+    day = ago[15].astimezone(UTC).date()  # its region then stood until the first day kept
+    ensure_partitions()
+    of_that_day = AttributeHistory.objects.filter(
+        at__gte=day_start(day), at__lt=day_start(day + timedelta(days=1))
+    )
+    removed = Client.objects.order_by("-pk").first().pk + 1_000
+    others = of_that_day.exclude(client=receiver).count()
+
+    of_that_day.filter(client=receiver).update(client_id=removed)
+    assert carry_forward(day) == others  # nothing of a client no longer registered
+    of_that_day.filter(client_id=removed).update(client_id=receiver.pk)
+    assert carry_forward(day) == 1
+    assert carry_forward(day) == 0
+
+
+def test_the_dataset_keeps_the_original_attribute_history_not_retentions_copies(
+    old_incident, settings
+):
+    a_receivers_changing_values(Delivery.objects.first().receiver)
+    originals = AttributeHistory.objects.count()
+
+    apply_retention()
+    export_changes()
+
+    exported = pyarrow.dataset.dataset(settings.REPORTS_DATASET / "attribute_history")
+    assert exported.count_rows() == originals
+    assert AttributeHistory.objects.filter(carried_from__isnull=False).exists()
+
+
+def test_why_an_event_sent_before_the_history_kept_says_its_checks_cannot_read_then(
+    old_incident, client, operator
+):
+    delivery = Delivery.objects.select_related("event", "receiver").first()
+    a_receivers_changing_values(delivery.receiver)
+    apply_retention()
+    log_in_proved(client, operator)
+
+    url = reverse("event-why", args=[delivery.event.pk, delivery.receiver.name])
+    page = client.get(url).content.decode()
+
+    assert "data-history-dropped" in page and "/reports/timeline/" in page
