@@ -62,6 +62,7 @@ class Retention:
     dropped: list[DroppedDay] = field(default_factory=list)
     waiting: list[Waiting] = field(default_factory=list)
     audit_entries_removed: int = 0
+    values_carried: int = 0  # attribute values carried into the first day kept
 
 
 def retain_days(table: PartitionedTable) -> int:
@@ -93,13 +94,23 @@ def apply_retention(*, export: bool = True) -> Retention:
     outcome = Retention(audit_entries_removed=trim_audit_log())
     with partitions_held():
         for table in PARTITIONED:
-            for day in past_retention(table):  # again: another run may have dropped some
-                why = waiting_for(table, day)
-                if why:
-                    outcome.waiting.append(Waiting(table.table, day, why))
-                else:
-                    outcome.dropped.append(drop_past_day(table, day))
+            droppable = _droppable_days(table, outcome)
+            if table is ATTRIBUTE_HISTORY and droppable:
+                outcome.values_carried = carry_forward()
+            outcome.dropped += [drop_past_day(table, day) for day in droppable]
     return outcome
+
+
+def _droppable_days(table: PartitionedTable, outcome: Retention) -> list[date]:
+    """The days of `table` past retention that may go; those that wait go to `outcome`."""
+    droppable = []
+    for day in past_retention(table):  # again: another run may have dropped some
+        why = waiting_for(table, day)
+        if why:
+            outcome.waiting.append(Waiting(table.table, day, why))
+        else:
+            droppable.append(day)
+    return droppable
 
 
 def waiting_for(table: PartitionedTable, day: date, *, live: bool = True) -> str:
@@ -140,20 +151,15 @@ def drop_past_day(table: PartitionedTable, day: date) -> DroppedDay:
     """Archive the day's events (deliveries), drop the partition and record it, in
     one transaction: the parent's lock, taken last, is held only for the record. Drops
     whatever the day holds: `waiting_for` says whether it may."""
-    if table is ATTRIBUTE_HISTORY:
-        ensure_day(table, horizon(table))  # where the standing values are carried to
     with transaction.atomic():
         rows = _scalar("SELECT count(*) FROM {part}", table, day)
         archived = archive_events(day) if table is DELIVERIES else 0
-        carried = carry_forward(day) if table is ATTRIBUTE_HISTORY else 0
         watermark = export_watermark(table)
         drop_day(table, day)
         dropped = DroppedDay.objects.create(
             table=table.table, day=day, rows=rows, watermark=watermark, dropped_at=timezone.now()
         )
         details = {"rows": rows, "watermark": watermark, "events_archived": archived}
-        if table is ATTRIBUTE_HISTORY:
-            details["values_carried"] = carried
         audit.record_change(
             actor=RETENTION, action="retention.drop", target=f"{table.table}:{day}", details=details
         )
@@ -180,36 +186,42 @@ def archive_events(day: date) -> int:
     return len(counts)
 
 
-# For each client (still registered) and attribute, its newest row in the day about to
-# be dropped, unless a later one takes effect by the first moment kept: a copy of it,
-# taking effect at that moment. A second run finds the copy and adds none.
+# For each client (still registered) and attribute, its newest row before the first
+# moment kept, unless one takes effect at that very moment: a copy of it, taking effect
+# then. A second run the same day finds the copies and adds none.
 CARRY_FORWARD = """
 INSERT INTO {parent} (client_id, name, kind, value, source, authority_id, set_at,
                       expires_at, revoked_by, at, carried_from)
 SELECT h.client_id, h.name, h.kind, h.value, h.source, h.authority_id, h.set_at,
        h.expires_at, h.revoked_by, %(first_kept)s, coalesce(h.carried_from, h.at)
-FROM (SELECT DISTINCT ON (client_id, name) * FROM {part}
+FROM (SELECT DISTINCT ON (client_id, name) * FROM {parent} WHERE at < %(first_kept)s
       ORDER BY client_id, name, at DESC, id DESC) AS h
 WHERE EXISTS (SELECT FROM broker_client AS c WHERE c.id = h.client_id)
   AND NOT EXISTS (
-    SELECT FROM {parent} AS later
-    WHERE later.client_id = h.client_id AND later.name = h.name
-      AND later.at > h.at AND later.at <= %(first_kept)s)
+    SELECT FROM {parent} AS kept
+    WHERE kept.client_id = h.client_id AND kept.name = h.name AND kept.at = %(first_kept)s)
 """
 
 
-def carry_forward(day: date) -> int:
-    """Copy the attribute values standing at the end of `day` (about to be dropped)
-    into the first day kept, so that what a client held "as of" any moment kept reads
-    the same after the drop; returns how many. Idempotent."""
+def carry_forward() -> int:
+    """Copy the attribute values standing at the first moment kept into it, before
+    the days past retention are dropped, so that what a client held "as of" any
+    moment kept reads the same after the drop; returns how many (audited). One
+    statement in a transaction of its own: it takes no lock a send waits for.
+    Idempotent. Hold `partitions_held`."""
     first_kept = day_start(horizon(ATTRIBUTE_HISTORY))
-    names = {
-        "parent": sql.Identifier(ATTRIBUTE_HISTORY.table),
-        "part": sql.Identifier(ATTRIBUTE_HISTORY.partition(day)),
-    }
-    with connection.cursor() as cursor:
-        cursor.execute(composed(CARRY_FORWARD, **names), {"first_kept": first_kept})
-        return cursor.rowcount
+    ensure_day(ATTRIBUTE_HISTORY, first_kept.date())
+    with transaction.atomic(), connection.cursor() as cursor:
+        parent = sql.Identifier(ATTRIBUTE_HISTORY.table)
+        cursor.execute(composed(CARRY_FORWARD, parent=parent), {"first_kept": first_kept})
+        carried = cursor.rowcount
+        if carried:
+            audit.record_change(
+                actor=RETENTION, action="retention.carry_forward",
+                target=f"{ATTRIBUTE_HISTORY.table}:{first_kept.date()}",
+                details={"values": carried},
+            )  # fmt: skip
+    return carried
 
 
 # The first link of the chain to keep: that of the oldest entry written since the

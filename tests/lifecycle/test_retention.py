@@ -6,7 +6,7 @@ anything of a live event or of rows written since the export is kept and says wh
 from __future__ import annotations
 
 import io
-from datetime import UTC, timedelta
+from datetime import timedelta
 
 import pyarrow.dataset
 import pytest
@@ -285,28 +285,31 @@ def test_dropped_days_of_attribute_history_leave_every_value_standing_since_as_i
     carried = AttributeHistory.objects.filter(carried_from__isnull=False)
     mine = dict(carried.filter(client=receiver).values_list("name", "carried_from"))
     assert mine["region"] == ago[15] and mine["clearance"] == ago[12]
-    entries = AuditEntry.objects.filter(target__startswith=ATTRIBUTE_HISTORY.table)
-    assert sum(e.details["values_carried"] for e in entries) == carried.count()
+    assert dropped.values_carried == carried.count()
+    entry = AuditEntry.objects.get(action="retention.carry_forward")
+    assert entry.details["values"] == carried.count()
 
 
-def test_carrying_values_forward_twice_adds_nothing_the_second_time_nor_for_removed_clients(
+def test_carrying_values_forward_a_second_time_adds_nothing_nor_for_removed_clients(
     old_incident,
 ):
     receiver = Delivery.objects.first().receiver
-    ago = a_receivers_changing_values(receiver)
-    day = ago[15].astimezone(UTC).date()  # its region then stood until the first day kept
-    ensure_partitions()
-    of_that_day = AttributeHistory.objects.filter(
-        at__gte=day_start(day), at__lt=day_start(day + timedelta(days=1))
+    a_receivers_changing_values(receiver)
+    before_first_kept = AttributeHistory.objects.filter(
+        at__lt=day_start(horizon(ATTRIBUTE_HISTORY))
     )
+    standing = set(before_first_kept.filter(client=receiver).values_list("name", flat=True))
     removed = Client.objects.order_by("-pk").first().pk + 1_000
-    others = of_that_day.exclude(client=receiver).count()
+    before_first_kept.filter(client=receiver).update(client_id=removed)
 
-    of_that_day.filter(client=receiver).update(client_id=removed)
-    assert carry_forward(day) == others  # nothing of a client no longer registered
-    of_that_day.filter(client_id=removed).update(client_id=receiver.pk)
-    assert carry_forward(day) == 1
-    assert carry_forward(day) == 0
+    carried = carry_forward()
+    assert not AttributeHistory.objects.filter(client_id__in=[removed, receiver.pk]).filter(
+        carried_from__isnull=False
+    )  # nothing of a client no longer registered
+    before_first_kept.filter(client_id=removed).update(client_id=receiver.pk)
+    assert carry_forward() == len(standing) and {"region", "clearance"} <= standing
+    assert carry_forward() == 0
+    assert AuditEntry.objects.filter(action="retention.carry_forward").count() == 2 - (not carried)
 
 
 def test_the_dataset_keeps_the_original_attribute_history_not_retentions_copies(
