@@ -280,10 +280,10 @@ class AttributeHistory(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_by = models.CharField(max_length=200, blank=True, db_default="")
     at = models.DateTimeField()
-    # Set on a copy retention made of the value standing when it dropped the day the
-    # value was written in (lifecycle.retention.carry_forward): the original row's `at`,
-    # while this one takes effect from the first day kept. Not exported: the reports'
-    # dataset holds the original.
+    # Set on a copy retention made of a value standing at the first day it keeps,
+    # before dropping the days before (lifecycle.retention.carry_forward): the original
+    # row's `at`, while the copy takes effect from the first day kept. Not exported: the
+    # reports' dataset holds the original.
     carried_from = models.DateTimeField(null=True, blank=True)
     txid = last_writer_txid()
 

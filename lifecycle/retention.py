@@ -94,14 +94,14 @@ def apply_retention(*, export: bool = True) -> Retention:
     outcome = Retention(audit_entries_removed=trim_audit_log())
     with partitions_held():
         for table in PARTITIONED:
-            droppable = _droppable_days(table, outcome)
+            droppable = droppable_days(table, outcome)
             if table is ATTRIBUTE_HISTORY and droppable:
                 outcome.values_carried = carry_forward()
             outcome.dropped += [drop_past_day(table, day) for day in droppable]
     return outcome
 
 
-def _droppable_days(table: PartitionedTable, outcome: Retention) -> list[date]:
+def droppable_days(table: PartitionedTable, outcome: Retention) -> list[date]:
     """The days of `table` past retention that may go; those that wait go to `outcome`."""
     droppable = []
     for day in past_retention(table):  # again: another run may have dropped some
